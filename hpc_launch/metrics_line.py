@@ -1,0 +1,88 @@
+"""The one place that defines the training log line format.
+
+`train/` writes these lines (format_step_line) and `hpc-launch logs --summary` reads them
+(parse_line). DeepSpeed's own timer lines (RunningAvgSamplesPerSec=..., MemAllocated=..GB)
+are understood too, so a user's own DeepSpeed script gets a summary as well.
+
+Pure standard library: imported by the launcher, which must stay light.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional, Union
+
+PREFIX = "[hpc-train]"
+
+# Fields in the order they are printed; all optional except step.
+FIELDS = (
+    "step",
+    "epoch",
+    "loss",
+    "lr",
+    "samples_per_sec",
+    "avg_samples_per_sec",
+    "mem_alloc_gb",
+    "mem_peak_gb",
+    "world_size",
+)
+_INT_FIELDS = {"step", "epoch", "world_size"}
+
+Number = Union[int, float]
+
+_KV = re.compile(r"(\w+)=([-+0-9.eE]+|nan|inf)")
+# DeepSpeed ThroughputTimer / see_memory_usage style fields (seed 002).
+_DS_FIELDS = {
+    "RunningAvgSamplesPerSec": "avg_samples_per_sec",
+    "CurrSamplesPerSec": "samples_per_sec",
+    "MemAllocated": "mem_alloc_gb",
+    "MaxMemAllocated": "mem_peak_gb",
+    "global_step": "step",
+}
+_DS_KV = re.compile(r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated|global_step)=([0-9.eE+-]+)(?:GB)?")
+
+
+def format_step_line(**fields: Number) -> str:
+    """`[hpc-train] step=12 loss=2.3012 samples_per_sec=123.4 ...` (unknown keys rejected)."""
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown metric fields: {sorted(unknown)}")
+    parts = [PREFIX]
+    for key in FIELDS:
+        if key not in fields or fields[key] is None:
+            continue
+        value = fields[key]
+        if key in _INT_FIELDS:
+            parts.append(f"{key}={int(value)}")
+        elif key == "lr":
+            parts.append(f"{key}={float(value):.6g}")
+        else:
+            parts.append(f"{key}={float(value):.4f}")
+    return " ".join(parts)
+
+
+def parse_line(line: str) -> Optional[Dict[str, Number]]:
+    """Metrics from one log line (ours or DeepSpeed's), or None if it carries none."""
+    if PREFIX in line:
+        out: Dict[str, Number] = {}
+        for key, raw in _KV.findall(line.split(PREFIX, 1)[1]):
+            if key in FIELDS:
+                out[key] = int(float(raw)) if key in _INT_FIELDS else float(raw)
+        return out or None
+    if "SamplesPerSec=" in line or "MemAllocated=" in line:
+        out = {}
+        for key, raw in _DS_KV.findall(line):
+            name = _DS_FIELDS[key]
+            out[name] = int(float(raw)) if name in _INT_FIELDS else float(raw)
+        return out or None
+    return None
+
+
+def summarise(lines) -> Dict[str, Number]:
+    """The last value seen of each metric over an iterable of lines."""
+    last: Dict[str, Number] = {}
+    for line in lines:
+        parsed = parse_line(line)
+        if parsed:
+            last.update(parsed)
+    return last
