@@ -1,0 +1,232 @@
+"""The typer app: parses, calls, prints. No logic lives here.
+
+Imports of anything heavier than typer happen inside the commands, so `hpc-launch hostfile`
+inside a job and `submit --dry-run` on a login node start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import List, Optional
+
+import typer
+
+from .errors import HpcLaunchError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Render, submit and follow DeepSpeed jobs on named clusters (ABCI, Miyabi, Polaris, Slurm, pods, local).",
+)
+clusters_app = typer.Typer(help="List the known clusters, or show one resolved.", invoke_without_command=True)
+app.add_typer(clusters_app, name="clusters")
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"hpc-launch: error: {message}\n")
+
+
+def _parse_env(pairs: List[str]) -> dict:
+    env = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise typer.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        key, value = pair.split("=", 1)
+        env[key] = value
+    return env
+
+
+def _split_list(value: Optional[str]) -> Optional[List[str]]:
+    if value is None:
+        return None
+    return [v for v in (x.strip() for x in value.split(",")) if v]
+
+
+# ---------------------------------------------------------------------------------------------
+# submit
+
+
+@app.command()
+def submit(
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster profile name (default: local)"),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-n", help="number of nodes"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs (ranks) per node; default: all of the node's"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue / partition / resource type"),
+    walltime: Optional[str] = typer.Option(None, "--walltime", "-t", help="HH:MM:SS (or 90m, 2h)"),
+    group: Optional[str] = typer.Option(None, "--group", "--project", "-P", help="accounting group/project, however the site spells it"),
+    name: Optional[str] = typer.Option(None, "--name", "-N", help="job name (the log is NAME.oJOBID)"),
+    modules: Optional[str] = typer.Option(None, "--modules", help="comma-separated modules to load (replaces the profile's)"),
+    env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE exported in the job (repeatable)"),
+    script: Optional[str] = typer.Option(None, "--script", help="your own training script instead of `python -m train`"),
+    train_args: Optional[str] = typer.Option(None, "--train-args", help="arguments for the training entrypoint, as one shell-quoted string"),
+    directive: List[str] = typer.Option([], "--directive", "-d", help="extra scheduler directive; replaces a default with the same key (repeatable)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="pods: comma-separated node names/IPs"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="where the job runs and logs (default: here, or ~/hpc-launch/NAME remotely)"),
+    venv: Optional[str] = typer.Option(None, "--venv", help="virtualenv to activate in the job"),
+    login: Optional[str] = typer.Option(None, "--login", help="submit over SSH on this host (~/.ssh/config alias); `local` forces this machine"),
+    config: Optional[str] = typer.Option(None, "--config", help="project config file (default: ./hpc-launch.yaml if present)"),
+    profile: Optional[str] = typer.Option(None, "--profile", help="an extra cluster profile YAML file, merged last"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="follow the log until the job ends; exit with its exit code"),
+) -> None:
+    """Render the job script for a cluster and submit it (or print it with --dry-run)."""
+    from pathlib import Path
+
+    from .spec import find_project_config, load_project_config, spec_from
+    from .submit import prepare
+
+    config_path = Path(config) if config else find_project_config()
+    base = load_project_config(config_path) if config_path else {}
+    overrides = dict(
+        cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime,
+        group=group, name=name, modules=_split_list(modules), env=_parse_env(env), script=script,
+        train_args=shlex.split(train_args) if train_args is not None else None, directives=list(directive),
+        hosts=_split_list(hosts), workdir=workdir, venv=venv, login=login,
+    )
+    if train_args is not None and not overrides["train_args"]:
+        overrides["train_args"] = None
+        base["train_args"] = []
+    spec = spec_from(base, overrides)
+    prepared = prepare(spec, profile_file=profile)
+    if dry_run:
+        sys.stdout.write(prepared.script.text)
+        sys.stdout.flush()
+        sys.stderr.write(f"# script: {prepared.script_path}\n# submit: {prepared.submit_display()}\n")
+        return
+    from .submit import submit as do_submit
+
+    record = do_submit(prepared)
+    print(record.job_id)
+    sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+    if follow:
+        from .follow import follow_job
+
+        raise typer.Exit(follow_job(record))
+
+
+# ---------------------------------------------------------------------------------------------
+# hostfile
+
+
+@app.command()
+def hostfile(
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="write here (atomically) instead of stdout"),
+    slots: Optional[int] = typer.Option(None, "--slots", "-s", help="slots (GPUs) per node; default: the profile's, else as often as the node file lists a host"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="take slots from this cluster profile"),
+    source: Optional[str] = typer.Option(None, "--from", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
+    nodefile: Optional[str] = typer.Option(None, "--nodefile", help="read this node file (one host per line)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="comma-separated hosts"),
+    include: Optional[str] = typer.Option(None, "--include", "-i", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"),
+    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", help="drop these hosts: host1@host2 (DeepSpeed syntax)"),
+) -> None:
+    """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
+    from . import hostfile as hf
+
+    if source is not None and source not in ("pbspro", "gridengine", "cobalt", "slurm"):
+        raise typer.BadParameter(f"{source!r}: use pbspro, gridengine, cobalt or slurm", param_hint="--from")
+    if slots is None and cluster:
+        from . import profiles
+
+        slots = max(profiles.load(cluster).node.gpus, 1)
+    text = hf.build(env=os.environ, prefer=source, nodefile=nodefile, hosts=hosts, slots=slots, include=include, exclude=exclude)
+    if output:
+        hf.write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# clusters
+
+
+@clusters_app.callback()
+def clusters_list(ctx: typer.Context) -> None:
+    """List the known clusters."""
+    if ctx.invoked_subcommand:
+        return
+    from . import profiles
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("name", "scheduler", "GPUs/node", "launcher", "status", "title"):
+        table.add_column(col)
+    for name in profiles.available():
+        try:
+            p = profiles.load(name)
+        except HpcLaunchError as exc:
+            table.add_row(name, "-", "-", "-", "broken", exc.one_line())
+            continue
+        table.add_row(p.name, p.dialect, str(p.node.gpus), p.launch.launcher, p.status, p.title)
+    Console().print(table)
+
+
+@clusters_app.command("show")
+def clusters_show(name: str = typer.Argument(..., help="cluster name"), profile: Optional[str] = typer.Option(None, "--profile")) -> None:
+    """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""
+    import yaml
+
+    from . import profiles
+
+    p = profiles.load(name, profile_file=profile)
+    sources = profiles.sources_of(p.name, profile_file=profile)
+    sys.stdout.write("# from: " + ", ".join(str(s) for s in sources) + "\n")
+    sys.stdout.write(yaml.safe_dump(p.to_dict(), sort_keys=False, allow_unicode=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+
+
+@app.command()
+def plan(
+    model: str = typer.Option("resnet50", "--model", "-m", help="torchvision model name"),
+    cluster: str = typer.Option("abci", "--cluster", "-c"),
+    nodes: int = typer.Option(1, "--nodes", "-n"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q"),
+) -> None:
+    """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), and a recommendation."""
+    from . import profiles
+
+    p = profiles.load(cluster)
+    q = p.queues.get(queue or p.default_queue or "")
+    gpus = gpus_per_node if gpus_per_node is not None else (q.gpus if q and q.gpus is not None else p.node.gpus)
+    if not p.node.gpu_mem_gib:
+        raise HpcLaunchError(f"{cluster} has no node.gpu_mem_gib in its profile", hint="add it, or pick a GPU cluster")
+    from .plan import format_plan, plan_memory  # imports torch/deepspeed lazily
+
+    result = plan_memory(model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib)
+    sys.stdout.write(format_plan(result) + "\n")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    from typer._click import exceptions as click_exc
+    from typer.main import get_command
+
+    command = get_command(app)
+    try:
+        rc = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="hpc-launch", standalone_mode=False)
+    except HpcLaunchError as exc:
+        _err(exc.one_line())
+        sys.exit(exc.exit_code)
+    except click_exc.UsageError as exc:
+        hint = f" (see `hpc-launch {exc.ctx.info_name if exc.ctx and exc.ctx.parent else ''} --help`)".replace("  ", " ")
+        _err(" ".join(exc.format_message().split()) + hint)
+        sys.exit(2)
+    except click_exc.Abort:
+        _err("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

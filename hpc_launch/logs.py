@@ -1,0 +1,159 @@
+"""Follow a job's log on the login node (here or over SSH) and summarise its training metrics.
+
+Polling is split by cost: the log file is stat'ed every `poll_interval` (cheap, and what makes
+new lines appear quickly), while the scheduler is asked for the job state at most every
+1 s, backing off to 10 s while nothing changes, so following a job never hammers the controller.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import threading
+import time
+from typing import Callable, Dict, Optional
+
+from hpc_launch.errors import HpcLaunchError
+from hpc_launch.metrics_line import summarise
+from hpc_launch.states import JobState
+from hpc_launch.transport import Transport
+
+log = logging.getLogger(__name__)
+
+STATE_INTERVAL_MIN = 1.0
+STATE_INTERVAL_MAX = 10.0
+STATE_BACKOFF = 1.5
+MAX_STATE_FAILURES = 5     # consecutive failed state queries tolerated (one bad qstat must not end a follow)
+_CHUNK = 1 << 20
+
+
+class LogTail:
+    """Reads only what was appended to a file since the last call."""
+
+    def __init__(self, transport: Transport, path: str):
+        self.transport = transport
+        self.path = path
+        self.offset = 0
+        self.exists = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def read_new(self) -> str:
+        size = self.transport.size(self.path)
+        if size is None:
+            return ""
+        self.exists = True
+        if size < self.offset:  # truncated or replaced: start over
+            log.debug("%s shrank from %d to %d bytes; reading from the start", self.path, self.offset, size)
+            self.offset = 0
+            self._decoder.reset()
+        parts = []
+        while self.offset < size:
+            try:
+                data = self.transport.read_from(self.path, self.offset, _CHUNK)
+            except FileNotFoundError:  # removed between stat and read
+                break
+            if not data:
+                break
+            self.offset += len(data)
+            # The incremental decoder keeps an incomplete multibyte character for the next call.
+            parts.append(self._decoder.decode(data))
+        return "".join(parts)
+
+
+def follow(transport: Transport, path: str, *, state: Callable[[], JobState], write: Callable[[str], None],
+           on_wait: Optional[Callable[[float], None]] = None, poll_interval: float = 0.2,
+           stop: Optional[threading.Event] = None) -> JobState:
+    """Stream the log to `write` until the job ends and the log is drained; return the final state.
+
+    `on_wait(seconds)` is called on every poll while the log does not exist yet (job queued).
+    If `stop` is set, returns the last state seen (UNKNOWN if none).
+    """
+    stop = stop or threading.Event()
+    tail = LogTail(transport, path)
+    started = time.monotonic()
+    last_state = JobState.UNKNOWN
+    interval = STATE_INTERVAL_MIN
+    next_query = started  # ask once at the start: the job may be long finished
+    failures = 0
+    while not stop.is_set():
+        text = tail.read_new()
+        if text:
+            write(text)
+        elif not tail.exists and on_wait is not None:
+            on_wait(time.monotonic() - started)
+        now = time.monotonic()
+        if now >= next_query:
+            try:
+                current = state()
+                failures = 0
+            except HpcLaunchError as exc:
+                failures += 1
+                if failures >= MAX_STATE_FAILURES:
+                    raise
+                log.warning("job state query failed (%s); will retry", exc)
+                current = last_state
+            if current.terminal:
+                _drain(tail, write, poll_interval)
+                return current
+            interval = STATE_INTERVAL_MIN if current != last_state else min(interval * STATE_BACKOFF,
+                                                                             STATE_INTERVAL_MAX)
+            last_state = current
+            next_query = now + interval
+        stop.wait(poll_interval)
+    return last_state
+
+
+def _drain(tail: LogTail, write: Callable[[str], None], poll_interval: float) -> None:
+    """Read until the file stops growing: the last lines may land just after the job ended."""
+    quiet_reads = 0
+    while quiet_reads < 2:
+        text = tail.read_new()
+        if text:
+            write(text)
+            quiet_reads = 0
+        else:
+            quiet_reads += 1
+            if quiet_reads < 2:
+                time.sleep(poll_interval)
+
+
+def summarise_log(text: str) -> Dict[str, float]:
+    """The last value of each training metric found in the log."""
+    return summarise(text.splitlines())
+
+
+def format_summary(d: Dict[str, float]) -> str:
+    """One line such as `step 120 | loss 2.3012 | 153.2 samples/s (avg 150.1) | mem 3.20 GB (peak 4.10 GB)`."""
+    if not d:
+        return "no training metrics in the log yet"
+    parts = []
+    if "step" in d:
+        parts.append(f"step {d['step']}" + (f" (epoch {d['epoch']})" if "epoch" in d else ""))
+    if "loss" in d:
+        parts.append(f"loss {d['loss']:.4f}")
+    if "samples_per_sec" in d or "avg_samples_per_sec" in d:
+        cur = f"{d['samples_per_sec']:.1f} samples/s" if "samples_per_sec" in d else "samples/s"
+        avg = f" (avg {d['avg_samples_per_sec']:.1f})" if "avg_samples_per_sec" in d else ""
+        parts.append(cur + avg)
+    if "mem_alloc_gb" in d or "mem_peak_gb" in d:
+        cur = f"mem {d['mem_alloc_gb']:.2f} GB" if "mem_alloc_gb" in d else "mem"
+        peak = f" (peak {d['mem_peak_gb']:.2f} GB)" if "mem_peak_gb" in d else ""
+        parts.append(cur + peak)
+    if "lr" in d:
+        parts.append(f"lr {d['lr']:.3g}")
+    return " | ".join(parts)
+
+
+def read_exit_code(transport: Transport, exit_path: str) -> Optional[int]:
+    """The exit code the job script wrote beside its log; None if absent, empty or garbage."""
+    try:
+        data = transport.read_from(exit_path, 0, 256)
+    except FileNotFoundError:
+        return None
+    lines = data.decode("utf-8", errors="replace").strip().splitlines()
+    if not lines:
+        return None
+    try:
+        return int(lines[-1].strip())
+    except ValueError:
+        return None

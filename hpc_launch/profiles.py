@@ -1,0 +1,301 @@
+"""Cluster profiles: one YAML file per site, one schema, discovery and override.
+
+Search order (later wins for the same name): the profiles shipped with the package, then the
+user's config dir (platformdirs: ~/.config/hpc-launch/clusters/*.yaml), then
+$HPC_LAUNCH_CLUSTERS_DIR, then `--profile FILE`. A user file may be partial: it is deep-merged
+over the profile of the same name (so `abci.yaml` holding only `group: {default: gxx}` works),
+or may say `extends: <name>` to start a new profile from another one.
+
+The schema is msgspec (fast to import: the dry-run path must stay close to `import jinja2, yaml`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
+
+import msgspec
+import yaml
+from msgspec import Meta, Struct
+
+from .errors import ProfileError
+from .paths import clusters_dirs
+from .walltime import parse_walltime
+
+try:
+    from typing import Annotated
+except ImportError:  # Python 3.8
+    from typing_extensions import Annotated
+
+Dialect = Literal["pbspro", "gridengine", "cobalt", "slurm", "none"]
+Launcher = Literal[
+    "deepspeed",  # deepspeed launcher on one node (local, single-node jobs)
+    "deepspeed-pdsh",  # deepspeed launcher fanning out over ssh/pdsh (pods, sites with node ssh)
+    "deepspeed-openmpi",  # deepspeed launcher driving mpirun (the ABCI 2.0 tutorial)
+    "mpirun",  # Open MPI mpirun, one rank per GPU, ranks mapped from OMPI_COMM_WORLD_*
+    "mpiexec",  # MPICH/PALS mpiexec (Polaris), ranks from PMI_RANK / PALS_LOCAL_RANKID
+    "mpirun-torchrun",  # mpirun one task per node, torchrun inside (Miyabi)
+    "srun",  # Slurm srun, one task per GPU, ranks from SLURM_PROCID
+    "srun-torchrun",  # srun one task per node, torchrun with a static rendezvous
+]
+Status = Literal["active", "retired", "testbed"]
+LogLive = Literal["scheduler", "tee"]
+GroupWhere = Literal["directive", "submit"]
+MasterAddr = Literal["first-host", "net-if", "slurm-nodeaddr"]
+
+KNOWN_PLACEHOLDERS = {
+    "nodes", "queue", "walltime", "walltime_minutes", "group", "name",
+    "gpus_per_node", "procs_per_node", "world_size", "workdir",
+}
+_PLACEHOLDER = re.compile(r"{(\w+)}")
+
+NonNeg = Annotated[int, Meta(ge=0)]
+Positive = Annotated[int, Meta(ge=1)]
+Port = Annotated[int, Meta(ge=1, le=65535)]
+
+
+class _Strict(Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+def _check_walltime(value: Optional[str]) -> None:
+    if value is not None:
+        parse_walltime(value)  # ValueError naming the accepted forms
+
+
+class Node(_Strict):
+    gpus: NonNeg  # GPUs per node (on CPU-only profiles: ranks per node)
+    gpu_model: Optional[str] = None
+    gpu_mem_gib: Optional[float] = None
+    cpus: Optional[Positive] = None
+    mem_gib: Optional[float] = None
+    arch: str = "x86_64"
+
+
+class Queue(_Strict):
+    max_nodes: Optional[Positive] = None
+    min_nodes: Positive = 1
+    max_walltime: Optional[str] = None
+    default_walltime: Optional[str] = None
+    gpus: Optional[NonNeg] = None  # GPUs per node when this queue differs from the node
+    note: Optional[str] = None
+
+    def __post_init__(self):
+        _check_walltime(self.max_walltime)
+        _check_walltime(self.default_walltime)
+
+
+class Group(_Strict):
+    required: bool = False
+    # Where the site takes it: a directive line in the script, or a flag on the submit command
+    # (ABCI 2.0: "the -g option cannot be specified in the job script").
+    where: GroupWhere = "directive"
+    flag: str = "-P {group}"
+    default: Optional[str] = None
+    label: str = "group"
+
+
+class Modules(_Strict):
+    init: Optional[str] = None  # a shell line, e.g. `source /etc/profile.d/modules.sh`
+    purge: bool = False
+    load: List[str] = []
+
+
+class PythonEnv(_Strict):
+    venv: Optional[str] = None  # "auto": the environment hpc-launch itself runs in
+    conda: Optional[str] = None
+    conda_setup: Optional[str] = None  # a shell line that makes `conda activate` work
+    python: str = "python3"
+
+
+class LogSpec(_Strict):
+    # The scheduler's own log name relative to the work dir; {name}, {job_num}, {job_id}.
+    name: str = "{name}.o{job_num}"
+    # scheduler: the scheduler writes it live (PBS -k oed, GE, Slurm). tee: the script also tees
+    # itself into NAME.oNUM.live, for sites where live output is not guaranteed.
+    live: LogLive = "scheduler"
+
+
+class Rendezvous(_Strict):
+    # How the head node's address is found inside the job: the first host's name, the IPv4
+    # address of `net_if` on the node running the batch script (the first node), or Slurm's
+    # NodeAddr of the first node (for hostnames that do not resolve).
+    master_addr: MasterAddr = "first-host"
+    port_base: Annotated[int, Meta(ge=1024, le=64000)] = 29500
+
+
+class Launch(_Strict):
+    launcher: Launcher
+    args: List[str] = []  # extra launcher arguments (e.g. mpirun --mca ...)
+    ssh_port: Optional[Port] = None
+    pdsh_ssh_args: Optional[str] = None
+
+
+class Profile(_Strict):
+    name: str
+    title: str
+    dialect: Dialect
+    node: Node
+    launch: Launch
+    status: Status = "active"
+    notes: Optional[str] = None
+    docs: Optional[str] = None
+    login: Optional[str] = None
+    submit_command: Optional[List[str]] = None  # e.g. ["qsub-gpu"] on ThetaGPU
+    queues: Dict[str, Queue] = {}
+    default_queue: Optional[str] = None
+    default_walltime: str = "01:00:00"
+    group: Group = msgspec.field(default_factory=Group)
+    directives: List[str] = []
+    modules: Modules = msgspec.field(default_factory=Modules)
+    python: PythonEnv = msgspec.field(default_factory=PythonEnv)
+    env: Dict[str, str] = {}
+    net_if: Optional[str] = None
+    nodefile_var: Optional[str] = None
+    hosts: List[str] = []  # fixed node list (pods, local)
+    log: LogSpec = msgspec.field(default_factory=LogSpec)
+    rendezvous: Rendezvous = msgspec.field(default_factory=Rendezvous)
+    train_args: List[str] = []  # default arguments for the training entrypoint
+    facts: Dict[str, str] = {}  # evidence: key -> "V|U|I: source"
+
+    def __post_init__(self):
+        _check_walltime(self.default_walltime)
+        if self.default_queue and self.default_queue not in self.queues:
+            raise ValueError(f"default_queue {self.default_queue!r} is not one of the queues ({', '.join(sorted(self.queues))})")
+        for line in list(self.directives) + [self.group.flag]:
+            _check_placeholders(line)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+def _check_placeholders(text: str) -> None:
+    for ph in _PLACEHOLDER.findall(text):
+        if ph not in KNOWN_PLACEHOLDERS:
+            raise ValueError(f"unknown placeholder {{{ph}}} in {text!r}; allowed: {', '.join(sorted(KNOWN_PLACEHOLDERS))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# discovery and loading
+
+_Found = Dict[str, Tuple[Dict[str, Any], List[Path]]]
+
+
+def _read_yaml(path: Path) -> Dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ProfileError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: a profile is a YAML mapping of keys (see `hpc-launch clusters show local`)")
+    return data
+
+
+def _deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _add(found: _Found, raw: Dict[str, Any], path: Path) -> str:
+    name = str(raw.get("name") or path.stem)
+    raw.setdefault("name", name)
+    if name in found and "extends" not in raw:
+        base, sources = found[name]
+        found[name] = (_deep_merge(base, raw), sources + [path])
+    else:
+        found[name] = (raw, [path])
+    return name
+
+
+@lru_cache(maxsize=4)
+def _discover(dirs: Tuple[Path, ...]) -> _Found:
+    found: _Found = {}
+    for directory in dirs:
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.yaml")):
+                _add(found, _read_yaml(path), path)
+    return found
+
+
+def _all(profile_file: Optional[str] = None) -> Tuple[_Found, Optional[str]]:
+    found = dict(_discover(tuple(clusters_dirs())))
+    added = _add(found, _read_yaml(Path(profile_file)), Path(profile_file)) if profile_file else None
+    return found, added
+
+
+def _resolve_raw(name: str, found: _Found, seen: Tuple[str, ...] = ()) -> Tuple[Dict[str, Any], List[Path]]:
+    raw, sources = found[name]
+    parent = raw.get("extends")
+    if not parent:
+        return raw, sources
+    if parent in seen or parent == name:
+        raise ProfileError(f"{sources[-1]}: `extends: {parent}` makes a cycle")
+    if parent not in found:
+        raise ProfileError(f"{sources[-1]}: `extends: {parent}` names no known cluster ({', '.join(sorted(found))})")
+    base, base_sources = _resolve_raw(parent, found, seen + (name,))
+    child = {k: v for k, v in raw.items() if k != "extends"}
+    return _deep_merge(base, child), base_sources + sources
+
+
+_ALLOWED = {
+    "dialect": Dialect, "launch.launcher": Launcher, "status": Status, "log.live": LogLive,
+    "group.where": GroupWhere, "rendezvous.master_addr": MasterAddr,
+}
+
+
+def _validate(raw: Dict[str, Any], sources: List[Path]) -> Profile:
+    raw = {k: v for k, v in raw.items() if k != "extends"}
+    try:
+        return msgspec.convert(raw, Profile)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        m = re.search(r" - at `\$\.?([^`]*)`$", text)
+        key = m.group(1) if m else ""
+        msg = text[: m.start()] if m else text
+        unknown = re.match(r"Object contains unknown field `(\w+)`", msg)
+        missing = re.match(r"Object missing required field `(\w+)`", msg)
+        if unknown:
+            key = f"{key}.{unknown.group(1)}" if key else unknown.group(1)
+            msg = "is not a known key (typo?)"
+        elif missing:
+            key = f"{key}.{missing.group(1)}" if key else missing.group(1)
+            msg = "is required"
+        elif key in _ALLOWED:
+            msg = f"{msg}; allowed: {', '.join(get_args(_ALLOWED[key]))}"
+        where = f"key `{key}`: " if key else ""
+        raise ProfileError(f"{sources[-1]}: {where}{msg}") from None
+
+
+def available() -> List[str]:
+    return sorted(_all()[0])
+
+
+def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
+    """The resolved profile `name`; `profile_file` (the --profile option) is merged last."""
+    found, added = _all(profile_file)
+    name = name or added or "local"
+    if name not in found:
+        close = difflib.get_close_matches(name, list(found), n=1, cutoff=0.5)
+        hint = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(sorted(found))}"
+        raise ProfileError(f"unknown cluster {name!r}", hint=f"{hint} `hpc-launch clusters` lists them")
+    raw, sources = _resolve_raw(name, found)
+    return _validate(raw, sources)
+
+
+def sources_of(name: str, *, profile_file: Optional[str] = None) -> List[Path]:
+    found, _ = _all(profile_file)
+    return list(_resolve_raw(name, found)[1]) if name in found else []

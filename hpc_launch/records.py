@@ -1,0 +1,217 @@
+"""The jobs this user submitted: a small sqlite file shared by every hpc-launch process.
+
+Several hpc-launch processes (a `submit` while a `logs -f` updates states) may write at
+once, so: WAL journal, a busy timeout, and short `BEGIN IMMEDIATE` write transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterator, List, Optional, Union
+
+from hpc_launch.errors import HpcLaunchError, JobNotFound
+from hpc_launch.states import TERMINAL
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_S = 30.0
+_JSON_FIELDS = ("submit_argv", "extra")
+_KEY_FIELDS = ("cluster", "job_id")
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    cluster: str
+    dialect: str
+    host: str                      # "localhost" or the ssh alias the job was submitted through
+    name: str
+    workdir: str                   # paths below are on `host`
+    script_path: str
+    log_path: str
+    exit_path: str
+    submit_time: float
+    state: str = "queued"
+    exit_code: Optional[int] = None
+    end_time: Optional[float] = None
+    submit_argv: List[str] = field(default_factory=list)
+    profile_path: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+
+
+_COLUMNS = [f.name for f in fields(JobRecord)]
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
+# Each entry upgrades the schema by one version; append, never edit.
+_MIGRATIONS = [
+    """
+    CREATE TABLE jobs (
+        cluster TEXT NOT NULL, job_id TEXT NOT NULL, dialect TEXT NOT NULL, host TEXT NOT NULL,
+        name TEXT NOT NULL, workdir TEXT NOT NULL, script_path TEXT NOT NULL, log_path TEXT NOT NULL,
+        exit_path TEXT NOT NULL, submit_time REAL NOT NULL, state TEXT NOT NULL,
+        exit_code INTEGER, end_time REAL, submit_argv TEXT NOT NULL, profile_path TEXT,
+        extra TEXT NOT NULL,
+        PRIMARY KEY (cluster, job_id)
+    );
+    CREATE INDEX jobs_by_time ON jobs (submit_time DESC);
+    CREATE INDEX jobs_by_id ON jobs (job_id);
+    """,
+]
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+def default_path() -> Path:
+    override = os.environ.get("HPC_LAUNCH_STATE_DIR")
+    if override:
+        return Path(override).expanduser() / "jobs.sqlite"
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("hpc-launch")) / "jobs.sqlite"
+
+
+class JobStore:
+    def __init__(self, path: Union[str, Path, None] = None):
+        self.path = Path(path) if path is not None else default_path()
+        if not self.path.parent.exists():
+            # Records name paths and command lines: keep them private to the user.
+            self.path.parent.mkdir(parents=True, mode=0o700)
+            os.chmod(self.path.parent, 0o700)  # mkdir's mode is filtered by umask
+        if not self.path.exists():
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a crash loses at most the last commit
+        self._migrate()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A short write transaction; BEGIN IMMEDIATE takes the write lock up front, so two writers
+        queue on busy_timeout instead of failing with "database is locked" on lock upgrade."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = db.execute("SELECT version FROM schema_version").fetchone()
+            current = row[0] if row else 0
+            if current > SCHEMA_VERSION:
+                raise HpcLaunchError(
+                    f"job records in {self.path} were written by a newer hpc-launch (schema {current})",
+                    hint="upgrade hpc-launch, or point HPC_LAUNCH_STATE_DIR elsewhere")
+            for sql in _MIGRATIONS[current:]:
+                for statement in filter(str.strip, sql.split(";")):
+                    db.execute(statement)
+            if row is None:
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif current < SCHEMA_VERSION:
+                db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+
+    def add(self, rec: JobRecord) -> None:
+        """Record a submitted job. Schedulers reuse ids (PBS and Grid Engine wrap around), so a
+        new job with a recorded (cluster, job_id) replaces the old record."""
+        row = _to_row(asdict(rec))
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        with self._write() as db:
+            old = db.execute("SELECT submit_time FROM jobs WHERE cluster = ? AND job_id = ?",
+                             (rec.cluster, rec.job_id)).fetchone()
+            if old is not None:
+                log.warning("job id %s on %s was already recorded; replacing the old record", rec.job_id, rec.cluster)
+            db.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})",
+                       [row[c] for c in _COLUMNS])
+
+    def get(self, job_id: str, cluster: Optional[str] = None) -> JobRecord:
+        """The job with that id; "1234" also finds "1234.pbs-server" if unambiguous."""
+        job_id = job_id.strip()
+        where, args = ("AND cluster = ?", [cluster]) if cluster else ("", [])
+        with self._lock:
+            rows = self._db.execute(f"{_SELECT} WHERE job_id = ? {where}", [job_id, *args]).fetchall()
+            if not rows:
+                pattern = job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"
+                rows = self._db.execute(f"{_SELECT} WHERE job_id LIKE ? ESCAPE '\\' {where}",
+                                        [pattern, *args]).fetchall()
+        if not rows:
+            on = f" on cluster {cluster}" if cluster else ""
+            raise JobNotFound(f"no record of job {job_id}{on}", hint="`hpc-launch list` shows the recorded jobs")
+        if len(rows) > 1:
+            recs = [_from_row(r) for r in rows]
+            clusters = sorted({r.cluster for r in recs})
+            if len(clusters) > 1:
+                raise HpcLaunchError(f"job id {job_id} is recorded on clusters {', '.join(clusters)}",
+                                     hint="choose one with --cluster " + " or --cluster ".join(clusters))
+            raise HpcLaunchError(f"job id {job_id} matches {', '.join(r.job_id for r in recs)}",
+                                 hint="give the full job id")
+        return _from_row(rows[0])
+
+    def list(self, cluster: Optional[str] = None, active_only: bool = False,
+             limit: Optional[int] = None) -> List[JobRecord]:
+        """Newest first."""
+        sql, args = f"{_SELECT} WHERE 1=1", []
+        if cluster:
+            sql += " AND cluster = ?"
+            args.append(cluster)
+        if active_only:
+            done = sorted(s.value for s in TERMINAL)
+            sql += f" AND state NOT IN ({', '.join('?' for _ in done)})"
+            args += done
+        sql += " ORDER BY submit_time DESC, rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [_from_row(r) for r in rows]
+
+    def update(self, cluster: str, job_id: str, **changes) -> None:
+        unknown = set(changes) - (set(_COLUMNS) - set(_KEY_FIELDS))
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)}: not updatable JobRecord fields")
+        if not changes:
+            return
+        row = _to_row(changes)
+        assignments = ", ".join(f"{c} = ?" for c in row)
+        with self._write() as db:
+            cur = db.execute(f"UPDATE jobs SET {assignments} WHERE cluster = ? AND job_id = ?",
+                             [*row.values(), cluster, job_id])
+            if cur.rowcount == 0:
+                raise JobNotFound(f"no record of job {job_id} on cluster {cluster}",
+                                  hint="`hpc-launch list` shows the recorded jobs")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _to_row(values: dict) -> dict:
+    row = {}
+    for key, value in values.items():
+        if key in _JSON_FIELDS:
+            value = json.dumps(value)
+        elif key == "state":
+            value = getattr(value, "value", value)  # JobState or plain str
+        row[key] = value
+    return row
+
+
+def _from_row(row: tuple) -> JobRecord:
+    values = dict(zip(_COLUMNS, row))
+    for key in _JSON_FIELDS:
+        values[key] = json.loads(values[key])
+    return JobRecord(**values)
+

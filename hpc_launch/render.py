@@ -1,0 +1,196 @@
+"""Render a ResolvedJob into a JobScript: the script text and the exact submit command.
+
+Shell safety is structural: the Jinja environment quotes EVERY value it prints (`finalize`
+runs shlex.quote), the way HTML templates autoescape. Only `Sh` strings pass through as they
+are, and `Sh` is built here from quoted parts or from profile lines that are shell by design
+(modules.init, conda_setup). Directive lines are comments to the shell but the scheduler reads
+them, so they are checked to be single lines before they get near a template.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional
+
+from . import __version__
+from . import dialects
+from .errors import SpecError
+from .spec import ResolvedJob
+
+SCRIPT_DIR = ".hpc-launch"  # scripts live in WORKDIR/.hpc-launch/ (the direct dialect relies on it)
+
+
+class Sh(str):
+    """A string that is already valid shell and is printed as is."""
+
+
+def q(value) -> Sh:
+    return Sh(shlex.quote(str(value)))
+
+
+def qjoin(values: Iterable) -> Sh:
+    return Sh(" ".join(shlex.quote(str(v)) for v in values))
+
+
+def _finalize(value):
+    if isinstance(value, Sh):
+        return value
+    if value is None:
+        return Sh("")
+    return shlex.quote(str(value))
+
+
+def path_expr(path: str) -> Sh:
+    """A path as shell: `~/x` keeps its meaning ("$HOME"/x), everything else is quoted."""
+    if path == "~":
+        return Sh('"$HOME"')
+    if path.startswith("~/"):
+        return Sh('"$HOME"/' + shlex.quote(path[2:]))
+    return q(path)
+
+
+def pattern_expr(pattern: str, literals: Dict[str, str], variables: Dict[str, str]) -> Sh:
+    """`{name}.o{job_num}` -> 'train'.o"${JOB_NUM}" : literal parts quoted, variables expanded."""
+    out = []
+    for piece in re.split(r"({\w+})", pattern):
+        if not piece:
+            continue
+        key = piece[1:-1] if piece.startswith("{") and piece.endswith("}") else None
+        if key in variables:
+            out.append(f'"${{{variables[key]}}}"')
+        elif key in literals:
+            out.append(shlex.quote(str(literals[key])))
+        else:
+            out.append(shlex.quote(piece))
+    return Sh("".join(out))
+
+
+def comment(text) -> Sh:
+    """Text for a `#` comment line: nothing in it may start a new line."""
+    return Sh(re.sub(r"[\x00-\x1f\x7f]+", " ", str(text)))
+
+
+def fill(template: str, values: Dict[str, object]) -> str:
+    return re.sub(r"{(\w+)}", lambda m: str(values[m.group(1)]), template)
+
+
+@dataclass
+class JobScript:
+    text: str
+    submit_argv: List[str]
+    script_name: str  # file name inside WORKDIR/.hpc-launch/
+    job: ResolvedJob
+
+    @property
+    def script_relpath(self) -> str:
+        return f"{SCRIPT_DIR}/{self.script_name}"
+
+
+_ENV = None
+
+
+def _environment():
+    global _ENV
+    if _ENV is None:
+        import jinja2
+
+        from .paths import templates_dirs
+
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader([str(p) for p in templates_dirs()]),
+            finalize=_finalize,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+        )
+        _ENV.filters["q"] = q
+        _ENV.filters["qjoin"] = qjoin
+        _ENV.filters["comment"] = comment
+    return _ENV
+
+
+def directive_lines(job: ResolvedJob) -> List[str]:
+    p = job.profile
+    dialect = dialects.get(p.dialect)
+    values = job.placeholders()
+    defaults = [fill(d, values) for d in p.directives]
+    if job.group and p.group.where == "directive":
+        defaults.append(fill(p.group.flag, values))
+    lines = dialect.merge_directives(defaults, job.spec.directives)
+    for line in lines:
+        if re.search(r"[\x00-\x1f\x7f]", line):
+            raise SpecError(f"directive {line!r} would span lines", hint="remove newlines from names, queues and --directive values")
+    return lines
+
+
+def submit_flags(job: ResolvedJob) -> List[str]:
+    p = job.profile
+    flags: List[str] = []
+    if job.group and p.group.where == "submit":
+        flags += shlex.split(fill(p.group.flag, job.placeholders()))
+    if p.dialect == "pbspro":
+        # Torque-style qsub front-ends (Slurm's wrapper) override the script's -N/-j with their
+        # own defaults unless they are on the command line; real PBS Pro accepts both.
+        flags += ["-N", job.name, "-j", "oe"]
+    return flags
+
+
+def script_name(job: ResolvedJob, stamp: str) -> str:
+    return f"{job.name}-{stamp}.sh"
+
+
+def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
+    if job.script:
+        return q(job.script)
+    return Sh("--module train" if deepspeed_launcher else "-m train")
+
+
+def render(job: ResolvedJob, *, stamp: str) -> JobScript:
+    p = job.profile
+    dialect = dialects.get(p.dialect)
+    name = script_name(job, stamp)
+    script_path = f"{job.workdir.rstrip('/')}/{SCRIPT_DIR}/{name}"
+    program = p.submit_command
+    if p.dialect == "none":
+        log_prefix = f"{job.workdir.rstrip('/')}/{job.name}.o"
+        argv = dialect.submit_argv(script_path, log_prefix=log_prefix)
+    else:
+        argv = dialect.submit_argv(script_path, submit_flags=submit_flags(job), program=program)
+
+    log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
+    deepspeed_family = p.launch.launcher.startswith("deepspeed")
+    ds_env_keys = sorted(job.env)
+    context = dict(
+        version=__version__,
+        job=job,
+        profile=p,
+        dialect=dialect,
+        directives=[Sh(line) for line in directive_lines(job)] if p.dialect != "none" else [],
+        prefix=Sh(dialect.directive_prefix),
+        submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
+        workdir=path_expr(job.workdir),
+        job_id_expr=Sh(dialect.job_id_expr),
+        job_num_expr=Sh(dialect.job_num_expr),
+        log_name=log_name,
+        tee=p.log.live == "tee",
+        modules_init=Sh(p.modules.init) if p.modules.init else None,
+        conda_setup=Sh(p.python.conda_setup) if p.python.conda_setup else None,
+        nodelist_shell=Sh(dialect.nodelist_shell),
+        launcher=p.launch.launcher,
+        launcher_args=qjoin(p.launch.args),
+        launcher_args_str=" ".join(shlex.quote(a) for a in p.launch.args),
+        entry=launch_entry(job, deepspeed_launcher=deepspeed_family),
+        python=q(p.python.python) if not job.venv else Sh("python"),
+        train_args=qjoin(job.train_args),
+        env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
+        ds_env_lines=[f"{k}={job.env[k]}" for k in ds_env_keys],
+        ds_env_keys=[Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))],
+        hosts=job.hosts,
+        net_if=p.net_if,
+    )
+    text = _environment().get_template(f"{p.dialect}.sh.j2").render(**context)
+    return JobScript(text=text, submit_argv=argv, script_name=name, job=job)

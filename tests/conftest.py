@@ -1,0 +1,41 @@
+"""Shared test set-up: every test gets its own config and state dirs, never the user's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory, monkeypatch):
+    base = tmp_path_factory.mktemp("hpc-launch-home")
+    monkeypatch.setenv("HPC_LAUNCH_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("HPC_LAUNCH_STATE_DIR", str(base / "state"))
+    monkeypatch.delenv("HPC_LAUNCH_CLUSTERS_DIR", raising=False)
+    from hpc_launch import profiles
+
+    profiles._discover.cache_clear()
+    yield
+    profiles._discover.cache_clear()
+
+
+@pytest.fixture
+def hpc_launch_bin() -> str:
+    path = VENV_BIN / "hpc-launch"
+    assert path.exists(), f"{path} missing: install the package (pip install -e .)"
+    return str(path)
+
+
+def scheduler_env_cleared(env=None):
+    """A copy of the environment without any scheduler's job variables."""
+    env = dict(os.environ if env is None else env)
+    for key in list(env):
+        if key.startswith(("PBS_", "SLURM_", "SGE_", "COBALT_")) or key in ("PE_HOSTFILE", "JOB_ID", "NHOSTS"):
+            env.pop(key)
+    return env

@@ -1,0 +1,180 @@
+"""Following logs while something else writes them, here and over a real sshd."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from hpc_launch.errors import SchedulerError
+from hpc_launch.logs import LogTail, follow, format_summary, read_exit_code, summarise_log
+from hpc_launch.metrics_line import format_step_line
+from hpc_launch.states import JobState
+from hpc_launch.transport import LocalTransport, SSHTransport
+
+try:
+    from sshd import start_sshd
+except ImportError:  # tests/ imported as a package
+    from tests.sshd import start_sshd
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    handle = start_sshd(tmp_path_factory.mktemp("sshd-logs"))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def ssh(server):
+    t = SSHTransport(server.alias, ssh_config=str(server.ssh_config))
+    yield t
+    t.close()
+
+
+@pytest.fixture(params=["local", "ssh"])
+def transport(request):
+    return LocalTransport() if request.param == "local" else request.getfixturevalue("ssh")
+
+
+def test_logtail_handles_absent_file_split_multibyte_and_truncation(transport, tmp_path):
+    path = tmp_path / "job.log"
+    tail = LogTail(transport, str(path))
+    assert tail.read_new() == "" and not tail.exists
+    data = "loss ✓ é\n".encode()
+    cut = data.index("✓".encode()) + 1  # in the middle of a 3-byte character
+    with open(path, "wb") as fh:
+        fh.write(data[:cut])
+        fh.flush()
+        first = tail.read_new()
+        fh.write(data[cut:])
+        fh.flush()
+        second = tail.read_new()
+    assert first == "loss " and first + second == "loss ✓ é\n"
+    assert tail.read_new() == ""
+    path.write_bytes(b"new run\n")  # truncated and rewritten, shorter than before
+    assert tail.read_new() == "new run\n"
+
+
+def test_follow_streams_a_growing_file_from_another_process(transport, tmp_path):
+    path = tmp_path / "job.log"
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "time.sleep(0.6)\n"            # the job is still queued: no log yet
+        "with open(sys.argv[1], 'a') as f:\n"
+        "    for i in range(5):\n"
+        "        f.write(f'line {i}\\n'); f.flush(); time.sleep(0.15)\n"
+    ), str(path)])
+    states = []
+    waits = []
+    received = []
+
+    def state():
+        states.append(time.monotonic())
+        return JobState.DONE if writer.poll() is not None else JobState.RUNNING
+
+    final = follow(transport, str(path), state=state, write=received.append, on_wait=waits.append,
+                   poll_interval=0.05)
+    assert final is JobState.DONE
+    assert "".join(received) == "".join(f"line {i}\n" for i in range(5))
+    assert len(received) > 1  # streamed as it came, not read once at the end
+    assert waits and waits == sorted(waits) and waits[0] >= 0
+    # The scheduler was asked far less often than the file was polled (every 50 ms).
+    span = states[-1] - states[0]
+    assert len(states) <= span / 0.9 + 2
+
+
+def test_follow_returns_after_final_drain_of_lines_written_at_the_end(tmp_path):
+    path = tmp_path / "job.log"
+    path.write_text("start\n")
+    ended = threading.Event()
+
+    def state():
+        if not ended.is_set():
+            with open(path, "a") as fh:
+                fh.write("last words\n")  # written just as the job ends
+            ended.set()
+            return JobState.FAILED
+        return JobState.FAILED
+
+    received = []
+    assert follow(LocalTransport(), str(path), state=state, write=received.append,
+                  poll_interval=0.01) is JobState.FAILED
+    assert "".join(received) == "start\nlast words\n"
+
+
+def test_follow_state_queries_back_off_while_nothing_changes(tmp_path, monkeypatch):
+    import hpc_launch.logs as logs
+
+    monkeypatch.setattr(logs, "STATE_INTERVAL_MIN", 0.1)  # the real 1 s -> 10 s, ten times faster
+    monkeypatch.setattr(logs, "STATE_INTERVAL_MAX", 1.0)
+    calls = []
+    stop = threading.Event()
+    threading.Timer(2.5, stop.set).start()
+
+    def state():
+        calls.append(time.monotonic())
+        return JobState.QUEUED
+
+    assert follow(LocalTransport(), str(tmp_path / "never.log"), state=state, write=print,
+                  poll_interval=0.05, stop=stop) is JobState.QUEUED
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert 5 <= len(calls) <= 9  # 0, .1, .25, .48, .81, 1.3, 2.1 s ... instead of 50 polls
+    assert gaps[-1] > 3 * gaps[0] and max(gaps) < 1.0 + 0.2
+
+
+def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch):
+    path = tmp_path / "job.log"
+    path.write_text("x\n")
+    answers = iter([SchedulerError("qstat: timeout"), JobState.DONE])
+
+    def flaky():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    import hpc_launch.logs as logs
+
+    monkeypatch.setattr(logs, "STATE_INTERVAL_MIN", 0.05)
+    assert follow(LocalTransport(), str(path), state=flaky, write=lambda s: None, poll_interval=0.01) \
+        is JobState.DONE
+    broken_calls = []
+
+    def broken():
+        broken_calls.append(1)
+        raise SchedulerError("qstat: cannot connect to server")
+
+    with pytest.raises(SchedulerError):
+        follow(LocalTransport(), str(path), state=broken, write=lambda s: None, poll_interval=0.01)
+    assert len(broken_calls) == logs.MAX_STATE_FAILURES
+
+
+def test_summary_of_our_lines_and_deepspeed_lines():
+    text = "\n".join([
+        "booting",
+        format_step_line(step=10, loss=2.5, samples_per_sec=100.0, avg_samples_per_sec=90.0),
+        "[Rank 0] step=11, RunningAvgSamplesPerSec=95.5, CurrSamplesPerSec=120.25, MemAllocated=3.2GB, "
+        "MaxMemAllocated=4.1GB",
+        format_step_line(step=12, loss=2.25),
+    ])
+    d = summarise_log(text)
+    assert d["step"] == 12 and d["loss"] == 2.25
+    assert d["samples_per_sec"] == 120.25 and d["avg_samples_per_sec"] == 95.5
+    line = format_summary(d)
+    assert line == "step 12 | loss 2.2500 | 120.2 samples/s (avg 95.5) | mem 3.20 GB (peak 4.10 GB)"
+    assert "no training metrics" in format_summary(summarise_log("nothing here\n"))
+
+
+@pytest.mark.parametrize("content,expected", [
+    (None, None), (b"", None), (b"0\n", 0), (b"137", 137), (b"  1 \n", 1), (b"-1\n", -1),
+    (b"garbage\n", None), (b"\x00\xff", None),
+])
+def test_read_exit_code(transport, tmp_path, content, expected):
+    path = tmp_path / "job.exit"
+    if content is not None:
+        path.write_bytes(content)
+    assert read_exit_code(transport, str(path)) == expected

@@ -1,0 +1,101 @@
+"""Golden-file tests: each shipped profile renders exactly the reviewed script, and every
+rendered script is valid bash that shellcheck passes with no finding at any level."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpc_launch import profiles
+from hpc_launch.render import render
+from hpc_launch.spec import JobSpec, resolve
+
+GOLDEN = Path(__file__).parent / "golden" / "scripts"
+UPDATE = os.environ.get("HPC_LAUNCH_UPDATE_GOLDEN") == "1"
+
+# One realistic request per site (the first is the issue's own example).
+CASES = {
+    "abci": JobSpec(cluster="abci", nodes=9, group="gcb50389"),
+    "abci2": JobSpec(cluster="abci2", nodes=9, group="gcb50389", name="tutorial", walltime="0:7:00"),
+    "miyabi": JobSpec(cluster="miyabi", nodes=2, group="gc64", queue="short-g"),
+    "polaris": JobSpec(cluster="polaris", nodes=2, group="datascience", walltime="30m"),
+    "thetagpu": JobSpec(cluster="thetagpu", nodes=2, group="SDL_Workshop", walltime="0:10:00"),
+    "slurm": JobSpec(cluster="slurm", nodes=4, queue=None, env={"WANDB_MODE": "offline"}),
+    "pods": JobSpec(cluster="pods", nodes=3, hosts=["10.0.0.11", "10.0.0.12", "10.0.0.13"]),
+    "local": JobSpec(cluster="local", nodes=1, venv="/opt/venv"),
+}
+
+
+def _render(name: str) -> str:
+    spec = CASES[name]
+    spec.workdir = spec.workdir or "/work/project"
+    job = resolve(spec, profiles.load(spec.cluster), cwd="/work/project")
+    return render(job, stamp="20260101-000000-000").text
+
+
+def test_every_shipped_profile_has_a_golden_case():
+    assert sorted(CASES) == profiles.available()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_script_matches_golden(name):
+    text = _render(name)
+    golden = GOLDEN / f"{name}.sh"
+    if UPDATE or not golden.exists():
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{name}: rendered script differs from {golden} (HPC_LAUNCH_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_script_is_valid_bash_and_shellcheck_clean(name, tmp_path):
+    path = tmp_path / f"{name}.sh"
+    path.write_text(_render(name))
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    assert shutil.which("shellcheck"), "shellcheck is required (apt-get install shellcheck)"
+    out = subprocess.run(["shellcheck", "-S", "style", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_abci_script_is_what_an_abci3_user_would_submit():
+    text = _render("abci")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    directives = [l for l in lines if l.startswith("#PBS ")]
+    assert "#PBS -q rt_HF" in directives
+    assert "#PBS -l select=9:mpiprocs=8" in directives
+    assert "#PBS -P gcb50389" in directives
+    assert "#PBS -k oed" in directives and "#PBS -j oe" in directives
+    # directives form one block at the top: PBS stops reading them at the first command
+    first_cmd = next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
+    assert all(lines.index(d) < first_cmd for d in directives)
+    assert "mpirun -np \"$WORLD_SIZE\" --npernode 8" in text
+    assert "source /etc/profile.d/modules.sh" in text
+
+
+def test_abci2_group_goes_on_the_command_line_not_in_the_script():
+    spec = CASES["abci2"]
+    spec.workdir = "/work/project"
+    job = resolve(spec, profiles.load("abci2"), cwd="/work/project")
+    script = render(job, stamp="s")
+    assert "-g" not in [l.split()[1] for l in script.text.splitlines() if l.startswith("#$ ")]
+    assert script.submit_argv[:3] == ["qsub", "-g", "gcb50389"]
+    assert "#$ -l rt_F=9" in script.text and "#$ -l h_rt=00:07:00" in script.text
+
+
+def test_cobalt_directives_start_right_after_the_shebang():
+    lines = _render("thetagpu").splitlines()
+    # Cobalt ignores #COBALT lines after a blank line
+    assert lines[1].startswith("#COBALT -n 2")
+    assert "#COBALT -t 10" in lines
+
+
+def test_user_directive_replaces_default_instead_of_duplicating():
+    spec = JobSpec(cluster="abci", nodes=2, group="g1", directives=["-l walltime=02:00:00", "-m abe"], workdir="/w")
+    text = render(resolve(spec, profiles.load("abci")), stamp="s").text
+    walltimes = [l for l in text.splitlines() if l.startswith("#PBS -l walltime")]
+    assert walltimes == ["#PBS -l walltime=02:00:00"]
+    assert "#PBS -m abe" in text

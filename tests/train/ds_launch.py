@@ -1,0 +1,98 @@
+"""Helpers for the `train` tests: run the real `deepspeed` launcher (2 CPU ranks over gloo).
+
+Imported as a plain module (`from ds_launch import ...`): tests/ is not a package.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpc_launch.metrics_line import parse_line
+
+REPO = Path(__file__).resolve().parents[2]
+DEEPSPEED = Path(sys.executable).with_name("deepspeed")
+# The smallest run that still shows learning: ~20k-param CNN on scikit-learn's digits.
+SMALL = ["--model", "smallcnn", "--data", "digits"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
+        env.pop(name, None)  # each test's launcher decides these
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    # TORCH_EXTENSIONS_DIR is passed through untouched: CI points it at a cache shared by the run.
+    return env
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    steps: list = field(default_factory=list)  # parsed [hpc-train] lines, in order
+    evals: list = field(default_factory=list)  # "[hpc-eval] ..." lines as dicts
+
+    @property
+    def losses(self):
+        return [s["loss"] for s in self.steps]
+
+
+def parse_run(rc: int, out: str) -> Run:
+    run = Run(rc, out)
+    for line in out.splitlines():
+        if "[hpc-train]" in line:
+            run.steps.append(parse_line(line))
+        elif line.startswith("[hpc-eval]"):
+            run.evals.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
+    return run
+
+
+def deepspeed_cmd(args, nprocs=2):
+    return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", str(free_port()),
+            "--module", "train", *args]
+
+
+def launch(args, cwd, nprocs=2, timeout=300) -> Run:
+    """`deepspeed --num_gpus N --module train ARGS`, as the `local` cluster runs it."""
+    proc = subprocess.run(deepspeed_cmd(args, nprocs), cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return parse_run(proc.returncode, proc.stdout)
+
+
+def launch_and_kill(args, cwd, kill_after_step: int, timeout=300) -> Run:
+    """Start a run and SIGKILL the whole job (launcher and ranks) once it logs `kill_after_step`."""
+    proc = subprocess.Popen(deepspeed_cmd(args), cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            parsed = parse_line(line) if "[hpc-train]" in line else None
+            if parsed and parsed.get("step", 0) >= kill_after_step:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        rc = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return parse_run(rc, "".join(lines))
+
+
+def run_python(args, cwd, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+

@@ -1,0 +1,96 @@
+"""Batch arithmetic, presets, user JSON, and DeepSpeed's own validation for N ranks."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from train.ds_config import build_config, merge_user_config, resolve_batch, validate
+from train.errors import TrainError
+
+pytestmark = pytest.mark.train
+
+
+@given(micro=st.integers(1, 64), accum=st.integers(1, 16), world=st.integers(1, 64))
+def test_any_two_numbers_determine_the_third(micro, accum, world):
+    total = micro * accum * world
+    assert resolve_batch(world, micro, accum).global_ == total
+    assert resolve_batch(world, micro, None, total).accum == accum
+    assert resolve_batch(world, None, accum, total).micro == micro
+    assert resolve_batch(world, micro, accum, total).global_ == total
+
+
+@given(micro=st.integers(1, 64), accum=st.integers(1, 16), world=st.integers(1, 64), delta=st.integers(1, 7))
+def test_a_global_batch_that_does_not_fit_names_the_three_numbers(micro, accum, world, delta):
+    bad = micro * accum * world + delta
+    with pytest.raises(TrainError) as err:
+        resolve_batch(world, micro, accum, bad)
+    msg = str(err.value)
+    assert f"global batch {bad}" in msg and f"micro-batch {micro}" in msg and f"grad-accum {accum}" in msg
+    assert f"world size {world}" in msg and "\n" not in msg
+
+
+def test_tutorial_batch_on_abci_resolves():
+    # seed 000: global batch 10,000 on 9 nodes x 4 GPUs does not divide; 10,080 does.
+    with pytest.raises(TrainError, match="global batch 10000"):
+        resolve_batch(36, global_=10000)
+    assert resolve_batch(36, micro=70, global_=10080).accum == 4
+
+
+@settings(deadline=None, max_examples=20)
+@given(zero=st.sampled_from([0, 1, 2, 3]), precision=st.sampled_from(["fp32", "bf16", "fp16"]),
+       offload=st.sampled_from(["none", "optimizer", "optimizer+params"]), world=st.sampled_from([1, 2, 36]))
+def test_every_valid_preset_passes_deepspeed_validation(zero, precision, offload, world):
+    if (offload == "optimizer" and zero == 0) or (offload == "optimizer+params" and zero != 3):
+        with pytest.raises(TrainError, match="--offload"):
+            build_config(batch=resolve_batch(world, 8, 2), zero=zero, offload=offload, precision=precision)
+        return
+    cfg = build_config(batch=resolve_batch(world, 8, 2), zero=zero, offload=offload, precision=precision)
+    ds = validate(cfg, world)
+    assert ds.world_size == world
+    assert ds.zero_optimization_stage == zero
+    assert ds.train_batch_size == 16 * world
+    assert ds.bfloat16_config.enabled == (precision == "bf16")
+    assert ds.float16_config.enabled == (precision == "fp16")
+    if precision == "fp16":
+        assert ds.float16_config.loss_scale == 0  # 0 = dynamic loss scaling
+
+
+def test_deepspeed_validation_is_for_the_given_world_size():
+    cfg = build_config(batch=resolve_batch(4, 8, 2))
+    validate(cfg, 4)
+    with pytest.raises(TrainError, match="global batch 64 != micro-batch 8 x grad-accum 2 x world size 2"):
+        validate(cfg, 2)
+
+
+def test_user_json_wins_over_presets(tmp_path):
+    preset = build_config(batch=resolve_batch(2, 8, 1), zero=2)
+    user = {"zero_optimization": {"stage": 3}, "optimizer": {"params": {"lr": 0.5}}, "train_batch_size": 64}
+    cfg = merge_user_config(preset, user, world_size=2)
+    assert cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["contiguous_gradients"] is True  # preset keys the user left alone stay
+    assert cfg["optimizer"]["params"]["lr"] == 0.5 and cfg["optimizer"]["type"] == "AdamW"
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) \
+        == (64, 32, 1)
+    validate(cfg, 2)
+    with pytest.raises(TrainError, match="global batch 63"):
+        merge_user_config(preset, {"train_batch_size": 63, "train_micro_batch_size_per_gpu": 8}, world_size=2)
+
+
+def test_deepspeed_rejects_unknown_keys_as_one_line():
+    cfg = build_config(batch=resolve_batch(1, 8, 1))
+    cfg["zero_optimization"]["stagex"] = 1
+    with pytest.raises(TrainError, match="DeepSpeed rejected the config") as err:
+        validate(cfg, 1)
+    assert "\n" not in str(err.value)
+
+
+def test_print_config_checks_for_the_target_world(tmp_path):
+    from ds_launch import run_python
+
+    proc = run_python(["-m", "train", "--print-config", "--world-size", "36", "--global-batch", "10080",
+                       "--micro-batch", "70", "--zero", "3", "--precision", "bf16"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg = json.loads(proc.stdout)
+    assert cfg["gradient_accumulation_steps"] == 4 and cfg["zero_optimization"]["stage"] == 3

@@ -1,0 +1,42 @@
+"""Kill a job with SIGKILL mid-run, relaunch with --resume auto: it continues exactly where the
+newest complete checkpoint left off (same steps, same data position, same losses)."""
+
+import pytest
+
+from ds_launch import launch, launch_and_kill
+from train import checkpoint
+
+pytestmark = pytest.mark.train
+
+# Synthetic 32px images: steps slow enough (~10 ms) that the kill lands mid-run; 2048 samples,
+# micro-batch 32 on 2 ranks = 32 steps per epoch, so the run crosses epoch boundaries.
+ARGS = ["--model", "smallcnn", "--data", "synthetic", "--synthetic-samples", "2048", "--micro-batch", "32",
+        "--steps", "100", "--log-every", "1", "--zero", "2", "--checkpoint-every", "10", "--no-eval"]
+
+
+def test_sigkill_then_resume_auto_continues_the_same_run(tmp_path):
+    reference = launch([*ARGS, "--checkpoint-dir", str(tmp_path / "ref")], cwd=tmp_path)
+    assert reference.rc == 0, reference.out[-3000:]
+    ref_loss = {s["step"]: s["loss"] for s in reference.steps}
+    assert sorted(ref_loss) == list(range(1, 101))
+
+    ckpt = tmp_path / "ckpt"
+    killed = launch_and_kill([*ARGS, "--checkpoint-dir", str(ckpt)], cwd=tmp_path, kill_after_step=25)
+    assert killed.rc != 0, "the job should have died from SIGKILL"
+    last_logged = killed.steps[-1]["step"]
+    assert 25 <= last_logged < 100
+
+    found = checkpoint.find_resume(str(ckpt))
+    assert found is not None
+    resume_step = checkpoint.read_marker(*found)["step"]
+    assert resume_step % 10 == 0 and 20 <= resume_step <= last_logged
+
+    resumed = launch([*ARGS, "--checkpoint-dir", str(ckpt), "--resume", "auto"], cwd=tmp_path)
+    assert resumed.rc == 0, resumed.out[-3000:]
+    assert f"at step {resume_step}" in resumed.out
+    steps = [s["step"] for s in resumed.steps]
+    # Continues right after the checkpoint; no step of it repeated, none skipped.
+    assert steps == list(range(resume_step + 1, 101))
+    # Same weights, optimizer, LR schedule and next batch as the uninterrupted run.
+    for s in resumed.steps:
+        assert s["loss"] == pytest.approx(ref_loss[s["step"]], abs=2e-4), s

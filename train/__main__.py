@@ -1,0 +1,95 @@
+"""`python -m train` / `hpc-train`: the DeepSpeed training entrypoint every job script calls."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+
+from .ds_config import MONITORS, OFFLOADS, PRECISIONS
+from .errors import TrainError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m train", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="resnet50", help="smallcnn or any torchvision classification model")
+    p.add_argument("--data", default="synthetic", help="synthetic | digits | ImageFolder root (ROOT/train, ROOT/val)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, default=None, help="optimizer steps (default: --epochs 1)")
+    length.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--micro-batch", type=int, default=None, help="per-rank micro-batch (default 32)")
+    p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
+    p.add_argument("--global-batch", type=int, default=None, help="= micro-batch x grad-accum x world size")
+    p.add_argument("--zero", type=int, default=2, choices=(0, 1, 2, 3), help="ZeRO stage")
+    p.add_argument("--offload", default="none", choices=OFFLOADS)
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    p.add_argument("--ds-config", default=None, help="DeepSpeed JSON; its keys win over the presets")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
+    p.add_argument("--resume", default="auto", help="auto | never | PATH (checkpoint dir or global_stepN folder)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--num-workers", type=int, default=None,
+                   help="DataLoader workers per rank (default: 4 for image folders, 0 for in-memory data)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")
+    p.add_argument("--monitor-dir", default="runs", help="output folder for csv/tensorboard monitors")
+    p.add_argument("--job-name", default="hpc-train")
+    p.add_argument("--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic, 8 digits")
+    p.add_argument("--num-classes", type=int, default=10, help="classes of the synthetic dataset")
+    p.add_argument("--synthetic-samples", type=int, default=4096)
+    p.add_argument("--no-eval", action="store_true", help="skip held-out accuracy at the end")
+    p.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N validation samples")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved, DeepSpeed-validated config for --world-size ranks and exit")
+    p.add_argument("--world-size", type=int, default=None, help="with --print-config: ranks to check for")
+    p.add_argument("--list-models", action="store_true")
+    # Appended by the deepspeed launcher; the rank itself comes from the environment (train/dist.py).
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.steps is None and args.epochs is None:
+        args.epochs = 1
+    for name in ("steps", "epochs", "log_every"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise TrainError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.num_workers is None:
+        args.num_workers = 0 if args.data in ("synthetic", "digits") else 4
+    return args
+
+
+def _print_config(args) -> int:
+    from .trainer import resolve_config
+
+    args.total_steps = args.steps or 1000
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout; keep stdout pure JSON
+        cfg = resolve_config(args, args.world_size or 1)
+    print(json.dumps(cfg, indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    rank = 0
+    try:
+        args = parse_args(argv)
+        if args.list_models:
+            from .models import SMALL_MODELS, torchvision_models
+
+            print("\n".join(list(SMALL_MODELS) + torchvision_models()))
+            return 0
+        if args.print_config:
+            return _print_config(args)
+        from . import dist
+        from .trainer import run
+
+        rank = dist.discover().rank
+        return run(args)
+    except TrainError as err:
+        if rank == 0:  # one line, once per job (every rank finds the same error)
+            print(f"error: {err.one_line()}", file=sys.stderr, flush=True)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

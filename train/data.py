@@ -1,0 +1,186 @@
+"""Datasets and loaders: synthetic (learnable), sklearn digits (real, tiny), or an ImageFolder tree.
+
+Nothing is downloaded at run time. The train loader's position is a pure function of
+(seed, epoch, micro-step), so a resumed run continues with exactly the next batch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import TrainError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class Data:
+    train: object  # torch Dataset
+    val: Optional[object]
+    num_classes: int
+    image_size: int
+    kind: str  # synthetic | digits | imagefolder
+
+
+class SyntheticImages:
+    """Class prototype + noise: each class has a fixed random pattern, so a model can learn it.
+
+    Samples are generated from (seed, index) on the fly, so every rank and every run agrees."""
+
+    def __init__(self, length: int, num_classes: int, image_size: int, seed: int, signal: float = 0.5):
+        import torch
+
+        self.length, self.num_classes, self.size, self.seed = length, num_classes, image_size, seed
+        g = torch.Generator().manual_seed(1234)  # prototypes shared by train and val
+        self.prototypes = torch.randn(num_classes, 3, image_size, image_size, generator=g) * signal
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        import torch
+
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        label = int(torch.randint(self.num_classes, (1,), generator=g))
+        image = self.prototypes[label] + torch.randn(3, self.size, self.size, generator=g)
+        return image, label
+
+
+class TensorImages:
+    """Images already in memory (digits), expanded to 3 channels for torchvision models."""
+
+    def __init__(self, images, labels, image_size: int):
+        import torch.nn.functional as F
+
+        x = images.unsqueeze(1)
+        if image_size != x.shape[-1]:
+            x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+        self.images = x.expand(-1, 3, -1, -1).contiguous()
+        self.labels = labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        return self.images[index], int(self.labels[index])
+
+
+def _digits(image_size: Optional[int]) -> Data:
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)  # 1,797 real 8x8 scans that ship with scikit-learn
+    x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
+    mean, std = x_tr.mean(), x_tr.std()
+    size = image_size or 8
+
+    def tensors(a, b):
+        imgs = torch.tensor((a - mean) / std, dtype=torch.float32).reshape(-1, 8, 8)
+        return TensorImages(imgs, torch.tensor(b), size)
+
+    return Data(tensors(x_tr, y_tr), tensors(x_va, y_va), 10, size, "digits")
+
+
+def _image_folder(root: str, image_size: Optional[int]) -> Data:
+    from .tv_compat import import_torchvision
+
+    tv = import_torchvision()
+    T = tv.transforms
+    size = image_size or 224
+    train_dir = os.path.join(root, "train")
+    val_dir = os.path.join(root, "val")
+    if not os.path.isdir(train_dir):
+        train_dir, val_dir = root, None  # a plain class-per-folder tree: train on it, no val split
+    normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    # The standard ImageNet recipe; ImageFolder decodes with PIL (torchvision.io needs the
+    # compiled extension, which the CPU fallback lacks).
+    train_tf = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+    val_tf = T.Compose([T.Resize(int(size * 256 / 224)), T.CenterCrop(size), T.ToTensor(), normalize])
+    try:
+        train = tv.datasets.ImageFolder(train_dir, transform=train_tf)
+        val = tv.datasets.ImageFolder(val_dir, transform=val_tf) if val_dir and os.path.isdir(val_dir) else None
+    except (FileNotFoundError, OSError) as err:
+        raise TrainError(f"cannot read image folder {root}: {err}",
+                         hint="expected ROOT/train/<class>/*.JPEG (and ROOT/val/<class>/...)") from None
+    return Data(train, val, len(train.classes), size, "imagefolder")
+
+
+def build_data(spec: str, image_size: Optional[int] = None, num_classes: int = 10,
+               synthetic_samples: int = 4096, seed: int = 0) -> Data:
+    if spec == "synthetic":
+        size = image_size or 32
+        return Data(SyntheticImages(synthetic_samples, num_classes, size, seed=seed + 1),
+                    SyntheticImages(max(256, synthetic_samples // 8), num_classes, size, seed=seed + 2),
+                    num_classes, size, "synthetic")
+    if spec == "digits":
+        return _digits(image_size)
+    if not os.path.isdir(spec):
+        raise TrainError(f"data folder not found: {spec}",
+                         hint="pass --data synthetic, --data digits, or an ImageFolder root (ROOT/train, ROOT/val)")
+    return _image_folder(spec, image_size)
+
+
+class _ResumableSampler:
+    """DistributedSampler order for one epoch, starting `skip` samples in (resume mid-epoch)."""
+
+    def __init__(self, base, skip: int):
+        self.base, self.skip = base, skip
+
+    def __iter__(self):
+        it = iter(self.base)
+        for _ in range(self.skip):
+            next(it)
+        return it
+
+    def __len__(self):
+        return len(self.base) - self.skip
+
+
+def micro_batches_per_epoch(dataset_len: int, micro_batch: int, world_size: int) -> int:
+    n = (dataset_len // world_size) // micro_batch  # drop_last everywhere: every rank sees equal full batches
+    if n == 0:
+        raise TrainError(f"dataset of {dataset_len} samples is smaller than one global micro-batch "
+                         f"({micro_batch} per rank x {world_size} ranks)", hint="lower --micro-batch")
+    return n
+
+
+def train_loader(dataset, micro_batch: int, rank: int, world_size: int, seed: int, epoch: int,
+                 skip_micro_batches: int, num_workers: int):
+    """Loader for `epoch`, positioned `skip_micro_batches` into it."""
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    base.set_epoch(epoch)
+    sampler = _ResumableSampler(base, skip_micro_batches * micro_batch)
+    return DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True,
+                      num_workers=num_workers, pin_memory=torch.cuda.is_available(),
+                      persistent_workers=False, prefetch_factor=4 if num_workers else None)
+
+
+def eval_shards(length: int, rank: int, world_size: int):
+    """Indices of this rank's share of an evaluation set, padded with -1 so every rank runs the
+    same number of batches (ZeRO-3 forward passes are collective)."""
+    per_rank = math.ceil(length / world_size)
+    mine = list(range(rank, length, world_size))
+    return mine + [-1] * (per_rank - len(mine))
+
+
+class EvalSubset:
+    """(image, label, valid) for the given indices; -1 marks padding that must not be counted."""
+
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, indices
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        index = self.indices[i]
+        image, label = self.dataset[max(index, 0)]
+        return image, label, index >= 0

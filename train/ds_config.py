@@ -1,0 +1,217 @@
+"""DeepSpeed config from a few named presets, batch arithmetic, and DeepSpeed's own validation.
+
+Pure Python until `validate()`, which imports DeepSpeed: the launcher can call
+`resolve_batch()`/`build_config()`/`validate()` before submitting a job for N ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import TrainError
+
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+PRECISIONS = ("fp32", "bf16", "fp16")
+MONITORS = ("none", "csv", "tensorboard", "wandb")
+DEFAULT_MICRO_BATCH = 32
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+@dataclass(frozen=True)
+class Batch:
+    micro: int
+    accum: int
+    global_: int
+    world_size: int
+
+
+def _fit_error(micro, accum, global_, world) -> TrainError:
+    return TrainError(
+        f"batch arithmetic does not fit: global batch {global_} != micro-batch {micro} x grad-accum {accum} "
+        f"x world size {world}", hint="train_batch_size = micro_batch_per_gpu * grad_accum * world_size; "
+                                      "change --global-batch, --micro-batch or --grad-accum")
+
+
+def resolve_batch(world_size: int, micro: Optional[int] = None, accum: Optional[int] = None,
+                  global_: Optional[int] = None) -> Batch:
+    """Fill in whichever of the three numbers is missing; refuse combinations that cannot hold."""
+    for name, value in (("micro-batch", micro), ("grad-accum", accum), ("global batch", global_)):
+        if value is not None and value < 1:
+            raise TrainError(f"{name} must be at least 1, got {value}")
+    if global_ is None:
+        micro, accum = micro or DEFAULT_MICRO_BATCH, accum or 1
+        return Batch(micro, accum, micro * accum * world_size, world_size)
+    if micro is None and accum is None:
+        accum = 1
+    if micro is None:
+        micro, rest = divmod(global_, accum * world_size)
+        if rest or micro == 0:
+            raise _fit_error(f"{global_}/({accum}x{world_size})", accum, global_, world_size)
+    elif accum is None:
+        accum, rest = divmod(global_, micro * world_size)
+        if rest or accum == 0:
+            raise _fit_error(micro, f"{global_}/({micro}x{world_size})", global_, world_size)
+    if micro * accum * world_size != global_:
+        raise _fit_error(micro, accum, global_, world_size)
+    return Batch(micro, accum, global_, world_size)
+
+
+def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precision: str = "fp32",
+                 lr: float = 1e-3, total_steps: int = 1000, on_cpu: bool = False, monitor: str = "none",
+                 monitor_dir: str = "runs", job_name: str = "hpc-train") -> dict:
+    """The preset: AdamW + warmup/cosine LR, ZeRO stage, offload, precision, monitor."""
+    if zero not in ZERO_STAGES:
+        raise TrainError(f"--zero must be one of 0,1,2,3, got {zero}")
+    if offload not in OFFLOADS:
+        raise TrainError(f"--offload must be one of {', '.join(OFFLOADS)}, got {offload}")
+    if precision not in PRECISIONS:
+        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision}")
+    if offload == "optimizer" and zero == 0:
+        raise TrainError("--offload optimizer needs --zero 1, 2 or 3")
+    if offload == "optimizer+params" and zero != 3:
+        raise TrainError("--offload optimizer+params needs --zero 3 (only ZeRO-3 partitions parameters)")
+
+    cfg: dict = {
+        "train_batch_size": batch.global_,
+        "train_micro_batch_size_per_gpu": batch.micro,
+        "gradient_accumulation_steps": batch.accum,
+        # Our own per-step line carries throughput; DeepSpeed's would interleave with it.
+        "steps_per_print": 10 ** 9,
+        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                  "weight_decay": 0.01}},
+        "scheduler": {"type": "WarmupCosineLR", "params": {
+            "total_num_steps": max(1, total_steps), "warmup_num_steps": max(1, min(100, total_steps // 10)),
+            "warmup_min_ratio": 0.0, "cos_min_ratio": 0.01}},
+        "zero_optimization": {"stage": zero},
+        "wall_clock_breakdown": False,
+    }
+    if on_cpu and offload == "none":
+        # DeepSpeed's FusedAdam is a JIT-compiled op (tens of seconds cold); torch's AdamW is as fast on CPU.
+        cfg["optimizer"]["params"]["torch_adam"] = True
+    zero_cfg = cfg["zero_optimization"]
+    if zero >= 2:
+        zero_cfg.update({"overlap_comm": not on_cpu, "contiguous_gradients": True,
+                         "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8})
+    if offload != "none":
+        zero_cfg["offload_optimizer"] = {"device": "cpu", "pin_memory": not on_cpu}
+    if offload == "optimizer+params":
+        zero_cfg["offload_param"] = {"device": "cpu", "pin_memory": not on_cpu}
+
+    if precision == "bf16":
+        cfg["bf16"] = {"enabled": True}
+        if on_cpu:
+            # CPU BatchNorm refuses bf16 input with fp32 running stats; GPUs (cuDNN) accept the mix.
+            cfg["data_types"] = {"buffer_dtype": "bf16"}
+    elif precision == "fp16":
+        # Dynamic loss scaling (loss_scale 0), the settings of the seeds' fp16 run.
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 15,
+                       "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 1}
+
+    if monitor == "csv":
+        cfg["csv_monitor"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}
+    elif monitor == "tensorboard":
+        cfg["tensorboard"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}
+    elif monitor == "wandb":
+        import os
+
+        cfg["wandb"] = {"enabled": True, "project": os.environ.get("WANDB_PROJECT", "hpc-launch"),
+                        "group": job_name}
+        if os.environ.get("WANDB_ENTITY"):
+            cfg["wandb"]["team"] = os.environ["WANDB_ENTITY"]
+    elif monitor != "none":
+        raise TrainError(f"--monitor must be one of {', '.join(MONITORS)}, got {monitor}")
+    return cfg
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_user_config(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise TrainError(f"DeepSpeed config not found: {path}") from None
+    except json.JSONDecodeError as err:
+        raise TrainError(f"DeepSpeed config {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise TrainError(f"DeepSpeed config {path} must be a JSON object")
+    return data
+
+
+def merge_user_config(preset: dict, user: dict, world_size: int) -> dict:
+    """The user's JSON wins key by key. If it sets any batch key, its batch numbers replace the
+    preset's and the missing ones are derived (so a bad combination gets the same clear error)."""
+    merged = _deep_merge(preset, {k: v for k, v in user.items() if k not in BATCH_KEYS})
+    if any(k in user for k in BATCH_KEYS):
+        batch = resolve_batch(world_size, user.get("train_micro_batch_size_per_gpu"),
+                              user.get("gradient_accumulation_steps"), user.get("train_batch_size"))
+        merged.update(batch_keys(batch))
+    return merged
+
+
+def batch_keys(batch: Batch) -> dict:
+    return {"train_batch_size": batch.global_, "train_micro_batch_size_per_gpu": batch.micro,
+            "gradient_accumulation_steps": batch.accum}
+
+
+def batch_of(cfg: dict, world_size: int) -> Batch:
+    return Batch(cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"],
+                 cfg["train_batch_size"], world_size)
+
+
+class _FixedWorld:
+    """Stands in for deepspeed.comm inside DeepSpeedConfig so a config is checked for N ranks
+    before any process group exists (DeepSpeedConfig otherwise assumes a world of 1)."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+
+    def get_rank(self):
+        return 0
+
+    def get_world_size(self, group=None):
+        return self.world_size
+
+
+@contextlib.contextmanager
+def _world(world_size: int):
+    import deepspeed.runtime.config as ds_runtime_config
+
+    real = ds_runtime_config.dist
+    if real.is_initialized():
+        yield
+        return
+    ds_runtime_config.dist = _FixedWorld(world_size)
+    try:
+        yield
+    finally:
+        ds_runtime_config.dist = real
+
+
+def validate(cfg: dict, world_size: int):
+    """Run DeepSpeed's own config parsing/sanity checks for `world_size` ranks -> DeepSpeedConfig."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    try:
+        with _world(world_size):
+            return DeepSpeedConfig(copy.deepcopy(cfg))
+    except AssertionError as err:
+        if "batch" in str(err):
+            raise _fit_error(cfg.get("train_micro_batch_size_per_gpu"), cfg.get("gradient_accumulation_steps"),
+                             cfg.get("train_batch_size"), world_size) from None
+        raise TrainError(f"DeepSpeed rejected the config: {err}") from None
+    except (ValueError, TypeError) as err:  # pydantic ValidationError is a ValueError
+        raise TrainError(f"DeepSpeed rejected the config: {' '.join(str(err).split())}") from None

@@ -1,0 +1,180 @@
+"""The training run: validate everything cheap first, then DeepSpeed init, resume, loop, checkpoint, eval."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import checkpoint, dist
+from .ds_config import batch_of, build_config, load_user_config, merge_user_config, resolve_batch, validate
+from .errors import TrainError
+
+
+def _on_cpu() -> bool:
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name() == "cpu"
+
+
+def check_precision(precision: str) -> None:
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    if precision == "fp16" and not acc.is_fp16_supported():
+        raise TrainError(f"--precision fp16 is not supported by DeepSpeed's {acc.device_name()} accelerator "
+                         "on this machine (no fp16 CPU kernels: needs AVX512-FP16/AMX)",
+                         hint="use --precision bf16 or fp32 here; fp16 works on GPUs")
+    if precision == "bf16" and not acc.is_bf16_supported():
+        raise TrainError(f"--precision bf16 is not supported by the {acc.device_name()} accelerator",
+                         hint="use --precision fp16 or fp32")
+
+
+def check_monitor(monitor: str) -> None:
+    if monitor == "tensorboard":
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise TrainError("--monitor tensorboard needs the tensorboard package",
+                             hint="pip install tensorboard, or use --monitor csv") from None
+    if monitor == "wandb":
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise TrainError("--monitor wandb needs the wandb package", hint="pip install wandb") from None
+        if not os.environ.get("WANDB_API_KEY"):
+            raise TrainError("--monitor wandb needs WANDB_API_KEY in the environment",
+                             hint="export it in the job environment; keys are never read from flags or files")
+
+
+def resolve_config(args, world_size: int) -> dict:
+    """The DeepSpeed config this run uses, validated by DeepSpeed for `world_size` ranks."""
+    batch = resolve_batch(world_size, args.micro_batch, args.grad_accum, args.global_batch)
+    cfg = build_config(batch=batch, zero=args.zero, offload=args.offload, precision=args.precision, lr=args.lr,
+                       total_steps=args.total_steps, on_cpu=_on_cpu(), monitor=args.monitor,
+                       monitor_dir=args.monitor_dir, job_name=args.job_name)
+    if args.ds_config:
+        cfg = merge_user_config(cfg, load_user_config(args.ds_config), world_size)
+    validate(cfg, world_size)
+    return cfg
+
+
+def _precision_of(cfg: dict):
+    import torch
+
+    if cfg.get("bf16", {}).get("enabled"):
+        return torch.bfloat16, "bf16"
+    if cfg.get("fp16", {}).get("enabled"):
+        return torch.float16, "fp16"
+    return torch.float32, "fp32"
+
+
+def run(args) -> int:
+    info = dist.discover()
+    dist.default_threads(info)
+    dist.export_env(info)
+    is_main = info.rank == 0
+
+    def say(msg):
+        if is_main:
+            print(msg, flush=True)
+
+    # Everything a user can get wrong is checked before the process group starts.
+    from .data import build_data, micro_batches_per_epoch, train_loader
+    from .models import build_model, check_model_name
+
+    check_model_name(args.model)
+    check_monitor(args.monitor)
+    data = build_data(args.data, args.image_size, num_classes=args.num_classes,
+                      synthetic_samples=args.synthetic_samples, seed=args.seed)
+    # Steps depend on the batch, the batch on the config: resolve with a provisional step count.
+    args.total_steps = args.steps or 1
+    cfg = resolve_config(args, info.world_size)
+    batch = batch_of(cfg, info.world_size)
+    steps_per_epoch = micro_batches_per_epoch(len(data.train), batch.micro, info.world_size) // batch.accum
+    if steps_per_epoch == 0:
+        raise TrainError(f"one optimizer step needs {batch.global_} samples but {args.data} has {len(data.train)}",
+                         hint="lower --grad-accum or --micro-batch")
+    args.total_steps = args.steps or args.epochs * steps_per_epoch
+    cfg = resolve_config(args, info.world_size)
+    dtype, precision = _precision_of(cfg)
+    check_precision(precision)
+
+    import deepspeed
+    import deepspeed.comm as dcomm
+    import torch
+    import torch.nn.functional as F
+
+    dist.init_distributed(info)
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, data.num_classes)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    device = engine.device
+    meta = {"model": args.model, "data": args.data, "num_classes": data.num_classes, "image_size": data.image_size,
+            "zero_stage": engine.zero_optimization_stage(), "precision": precision, "world_size": info.world_size,
+            "global_batch": batch.global_, "micro_batch": batch.micro, "grad_accum": batch.accum, "seed": args.seed}
+
+    step = 0
+    found = checkpoint.resolve_resume(args.resume, args.checkpoint_dir)
+    if found is not None:
+        saved = checkpoint.load(engine, *found)
+        if saved.get("model") != args.model:
+            raise TrainError(f"checkpoint {found[1]} is of model {saved.get('model')}, not {args.model}")
+        if saved.get("global_batch") != batch.global_:
+            say(f"warning: checkpoint global batch {saved.get('global_batch')} != {batch.global_}; "
+                "data position follows the step count")
+        step = int(saved["step"])
+        say(f"resumed from {os.path.join(*found)} at step {step}")
+    say(f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
+        f"precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "
+        f"steps={args.total_steps} steps/epoch={steps_per_epoch}")
+
+    from .metrics import StepMeter, step_line
+
+    meter = StepMeter(batch.global_)
+    last_saved = step
+    started = time.perf_counter()
+    while step < args.total_steps:
+        epoch, in_epoch = divmod(step, steps_per_epoch)
+        batches = iter(train_loader(data.train, batch.micro, info.rank, info.world_size, args.seed, epoch,
+                                    in_epoch * batch.accum, args.num_workers))
+        for _ in range(in_epoch, steps_per_epoch):
+            if step >= args.total_steps:
+                break
+            loss_sum = torch.zeros((), device=device)
+            for _ in range(batch.accum):
+                images, labels = next(batches)
+                logits = engine(images.to(device, dtype, non_blocking=True))
+                loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
+                engine.backward(loss)
+                engine.step()
+                loss_sum += loss.detach()
+            step += 1
+            meter.step()
+            if step % args.log_every == 0 or step == args.total_steps:
+                mean_loss = loss_sum.float() / batch.accum
+                dcomm.all_reduce(mean_loss)
+                loss_value = mean_loss.item() / info.world_size
+                say(step_line(step, epoch, loss_value, engine.get_lr()[0], meter, info.world_size))
+                if is_main and engine.monitor.enabled:  # DeepSpeed's monitor logs lr itself, not the loss
+                    engine.monitor.write_events([("Train/Samples/train_loss", loss_value, engine.global_samples),
+                                                 ("Train/Samples/samples_per_sec", meter.average,
+                                                  engine.global_samples)])
+            if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
+                checkpoint.save(engine, args.checkpoint_dir, step, meta)
+                last_saved = step
+    if args.checkpoint_dir and last_saved != step:
+        checkpoint.save(engine, args.checkpoint_dir, step, meta)
+    wall = time.perf_counter() - started
+    say(f"training finished: steps={step} wall_s={wall:.1f}")
+
+    if data.val is not None and not args.no_eval:
+        from .evaluate import accuracy, eval_line
+
+        engine.eval()
+        result = accuracy(lambda x: engine(x.to(device, dtype)), data.val, info.rank, info.world_size,
+                          batch_size=max(batch.micro, 64), limit=args.eval_limit, all_reduce=dcomm.all_reduce)
+        engine.train()
+        say(eval_line(result, split="val", step=step))
+    dcomm.barrier()
+    dcomm.destroy_process_group()
+    return 0
