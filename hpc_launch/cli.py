@@ -204,6 +204,118 @@ def plan(
     sys.stdout.write(format_plan(result) + "\n")
 
 
+# ---------------------------------------------------------------------------------------------
+# jobs: logs, status, list, cancel
+
+
+def _transport_for(host: str):
+    from .transport import open_transport
+
+    return open_transport(None if host == "localhost" else host)
+
+
+@app.command()
+def logs(
+    job_id: str = typer.Argument(..., help="job id (as printed by submit)"),
+    follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
+    summary: bool = typer.Option(False, "--summary", "-s", help="last loss, samples/s and memory from the training lines"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="when the id exists on several clusters"),
+) -> None:
+    """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
+    from .records import JobStore
+
+    store = JobStore()
+    record = store.get(job_id, cluster)
+    if follow_:
+        from .follow import follow_job
+
+        raise typer.Exit(follow_job(record, store=store, summary=summary))
+    from .follow import read_whole_log
+    from .logs import format_summary, summarise_log
+
+    try:
+        text = read_whole_log(record)
+    except FileNotFoundError:
+        raise HpcLaunchError(f"the log {record.log_path} does not exist yet (job {record.state})", hint=f"`hpc-launch logs -f {job_id}` waits for it") from None
+    if summary:
+        sys.stdout.write(format_summary(summarise_log(text)) + "\n")
+    else:
+        sys.stdout.write(text)
+
+
+def _jobs_table(records) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("job id", "cluster", "name", "state", "exit", "submitted", "host", "log"):
+        table.add_column(col)
+    for r in records:
+        when = time.strftime("%m-%d %H:%M:%S", time.localtime(r.submit_time))
+        table.add_row(r.job_id, r.cluster, r.name, r.state, "" if r.exit_code is None else str(r.exit_code), when, r.host, r.log_path)
+    Console(width=200).print(table)
+
+
+@app.command()
+def status(
+    job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+) -> None:
+    """Ask the schedulers (one query per cluster) and show the jobs' states."""
+    from .records import JobStore
+    from .tracker import refresh
+
+    store = JobStore()
+    records = [store.get(j, cluster) for j in job_ids] if job_ids else store.list(cluster=cluster, active_only=True)
+    _jobs_table(refresh(store, records, _transport_for))
+
+
+@app.command("list")
+def list_jobs(
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+    active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
+    refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
+    limit: int = typer.Option(50, "--limit", "-l"),
+) -> None:
+    """The jobs hpc-launch has submitted, newest first."""
+    from .records import JobStore
+
+    store = JobStore()
+    records = store.list(cluster=cluster, active_only=active, limit=limit)
+    if refresh_:
+        from .tracker import refresh
+
+        records = refresh(store, records, _transport_for)
+    _jobs_table(records)
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(..., help="job id"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+) -> None:
+    """Cancel a job (qdel / scancel / kill of the local job's process group)."""
+    import time
+
+    from . import dialects
+    from .errors import SchedulerError
+    from .records import JobStore
+    from .states import JobState
+
+    store = JobStore()
+    record = store.get(job_id, cluster)
+    if JobState(record.state).terminal:
+        raise HpcLaunchError(f"job {job_id} already ended ({record.state})")
+    argv = dialects.get(record.dialect).cancel_argv(record.job_id)
+    result = _transport_for(record.host).run(argv, timeout=60)
+    if result.rc != 0:
+        raise SchedulerError(f"{argv[0]} failed: {(result.err or result.out).strip()[:200]}")
+    store.update(record.cluster, record.job_id, state=JobState.CANCELLED.value, end_time=time.time())
+    sys.stderr.write(f"cancelled {record.job_id} on {record.cluster}\n")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     from typer._click import exceptions as click_exc
     from typer.main import get_command
@@ -225,7 +337,15 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    finally:
+        _close_connections()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _close_connections() -> None:
+    transport = sys.modules.get("hpc_launch.transport")
+    if transport is not None:
+        transport.close_all()
 
 
 if __name__ == "__main__":

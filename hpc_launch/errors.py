@@ -39,6 +39,8 @@ class TransportError(HpcLaunchError):
     """Running a command or moving a file (locally or over SSH) failed."""
 
     exit_code = 3
+    # True when a command may have run before contact was lost: never re-send it (no duplicate jobs).
+    maybe_ran: bool = False
 
 
 class HostKeyError(TransportError):
@@ -47,3 +49,7 @@ class HostKeyError(TransportError):
 
 class JobNotFound(HpcLaunchError):
     """No record of that job id."""
+
+
+class AmbiguousJob(HpcLaunchError):
+    """The same job id is recorded on several clusters."""

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterator, List, Optional, Union
 
-from hpc_launch.errors import HpcLaunchError, JobNotFound
+from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound
 from hpc_launch.states import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class JobStore:
             recs = [_from_row(r) for r in rows]
             clusters = sorted({r.cluster for r in recs})
             if len(clusters) > 1:
-                raise HpcLaunchError(f"job id {job_id} is recorded on clusters {', '.join(clusters)}",
+                raise AmbiguousJob(f"job id {job_id} is recorded on clusters {', '.join(clusters)}",
                                      hint="choose one with --cluster " + " or --cluster ".join(clusters))
             raise HpcLaunchError(f"job id {job_id} matches {', '.join(r.job_id for r in recs)}",
                                  hint="give the full job id")

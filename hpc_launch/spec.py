@@ -174,7 +174,8 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
             import difflib
 
             close = difflib.get_close_matches(queue_name, list(p.queues), n=1)
-            hint = f"did you mean {close[0]}?" if close else f"{p.name} has: {', '.join(p.queues)}"
+            has = f"{p.name} has: {', '.join(p.queues)}"
+            hint = f"did you mean {close[0]}? {has}" if close else has
             raise SpecError(f"unknown queue {queue_name!r} {where}", hint=hint)
         queue = p.queues.get(queue_name)
 
@@ -230,10 +231,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     if p.dialect == "none":
         if not hosts:
             raise SpecError(f"{p.name} has no node list", hint="pass --hosts pod1,pod2 (names or IPs reachable over ssh) or set `hosts:` in your profile")
-        if spec.nodes > len(hosts):
-            raise SpecError(f"--nodes {spec.nodes} but {p.name} knows only {len(hosts)} host(s): {', '.join(hosts)}", hint=f"pass --hosts with {spec.nodes} hosts or use --nodes {len(hosts)}")
         if p.launch.launcher == "deepspeed" and spec.nodes > 1:
             raise SpecError(f"{p.name} runs on this machine only", hint="use --nodes 1, or the `pods` cluster for several machines")
+        if spec.nodes > len(hosts):
+            raise SpecError(f"--nodes {spec.nodes} but {p.name} knows only {len(hosts)} host(s): {', '.join(hosts)}", hint=f"pass --hosts with {spec.nodes} hosts or use --nodes {len(hosts)}")
         hosts = hosts[: spec.nodes]
 
     train_args = list(p.train_args if spec.train_args is None else spec.train_args)

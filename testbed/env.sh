@@ -1,5 +1,5 @@
-# shellcheck shell=bash
-# Source this (bash or sh-compatible bash) to get the variables tests and tools need to use the testbed:
+# shellcheck shell=sh
+# Source this (bash or any POSIX sh) to get the variables tests and tools need to use the testbed:
 #   . testbed/env.sh
 # It does not start anything; testbed/up.sh does. Values are derived from the same defaults as up.sh.
 

@@ -66,14 +66,14 @@ tb_alive() {
   ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null
 }
 
-# tb_kill PIDFILE: TERM the process, wait up to 5 s, then KILL; remove the pid file.
+# tb_kill PIDFILE [SECONDS]: TERM the process, wait up to SECONDS (default 5), then KILL; remove the pid file.
 tb_kill() {
   local pf=$1 pid i
   if [ -s "$pf" ]; then
     pid=$( { tr -dc '0-9' < "$pf"; } 2>/dev/null )
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill "$pid" 2>/dev/null || true
-      for i in $(seq 50); do tb_alive "$pf" || break; sleep 0.1; done
+      for i in $(seq $((${2:-5} * 10))); do tb_alive "$pf" || break; sleep 0.1; done
       if tb_alive "$pf"; then kill -9 "$pid" 2>/dev/null || true; fi
       : "$i"
     fi

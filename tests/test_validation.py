@@ -1,0 +1,122 @@
+"""Bad input: a one-line error that names the fix, exit code 2, nothing written, nothing submitted."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import scheduler_env_cleared
+
+CASES = [
+    # (args, words the one-line error must contain)
+    (["--cluster", "abcd"], ["unknown cluster", "abci"]),
+    (["--cluster", "abci", "--nodes", "200", "--group", "g1"], ["above", "128", "--nodes"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--walltime", "200:00:00"], ["above", "168:00:00", "--walltime"]),
+    (["--cluster", "abci", "--nodes", "2"], ["group", "--group"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--gpus-per-node", "9"], ["8 GPUs", "--gpus-per-node"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--walltime", "1:99:00"], ["walltime"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--walltime", "soon"], ["malformed walltime", "HH:MM:SS"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--queue", "rt_HX"], ["unknown queue", "rt_HF"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g;rm -rf", "--name", "x"], ["group", "characters"]),
+    (["--cluster", "polaris", "--nodes", "3", "--group", "p", "--queue", "debug"], ["above", "2 nodes"]),
+    (["--cluster", "polaris", "--nodes", "2", "--group", "p", "--queue", "prod"], ["below", "10"]),
+    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--name", "1bad name"], ["job name", "--name"]),
+    (["--cluster", "abci", "--nodes", "0", "--group", "g1"], ["--nodes"]),
+    (["--cluster", "local", "--nodes", "2"], ["this machine", "pods"]),
+    (["--cluster", "pods", "--nodes", "2"], ["--hosts"]),
+    (["--cluster", "pods", "--nodes", "3", "--hosts", "a,b"], ["only 2 host", "--hosts"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "NOEQUALS"], ["NAME=VALUE"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "1X=y"], ["variable name", "--env"]),
+    (["--cluster", "pods", "--nodes", "1", "--hosts", "a", "--env", "X=a\nb"], ["newline"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--bogus"], ["--bogus"]),
+    (["--cluster", "abci", "--nodes", "x"], ["nodes"]),
+]
+
+
+def _run(bin_, args, cwd):
+    return subprocess.run([bin_, "submit", *args], cwd=cwd, capture_output=True, text=True, env=scheduler_env_cleared(), timeout=60)
+
+
+@pytest.mark.parametrize("args,words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_submit_is_one_line_exit_2_nothing_written(args, words, tmp_path, hpc_launch_bin):
+    # no --dry-run: a real submit must be refused before anything is written or run
+    r = _run(hpc_launch_bin, args + ["--login", "local"], tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("hpc-launch: error: ")
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert r.stdout == ""
+    assert list(tmp_path.iterdir()) == [], "something was written"
+
+
+def test_dry_run_prints_script_on_stdout_and_command_on_stderr(tmp_path, hpc_launch_bin):
+    r = _run(hpc_launch_bin, ["--cluster", "abci", "--nodes", "9", "--group", "g1", "--login", "local", "--dry-run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("#!/bin/bash\n")
+    assert "qsub -N train -j oe" in r.stderr
+    assert list(tmp_path.iterdir()) == [], "dry-run wrote something"
+
+
+def test_project_config_supplies_defaults_and_options_override(tmp_path, hpc_launch_bin):
+    (tmp_path / "hpc-launch.yaml").write_text(
+        "cluster: abci\nnodes: 4\nproject: gcb50389\nwalltime: '2:00:00'\nenv: {WANDB_MODE: offline}\ntrain_args: --zero 3 --steps 5\n"
+    )
+    r = _run(hpc_launch_bin, ["--nodes", "2", "--login", "local", "--dry-run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "#PBS -l select=2:mpiprocs=8" in r.stdout  # option wins
+    assert "#PBS -P gcb50389" in r.stdout and "#PBS -l walltime=02:00:00" in r.stdout  # config supplies
+    assert "export WANDB_MODE=offline" in r.stdout
+    assert "-m train --zero 3 --steps 5" in r.stdout
+
+
+def test_project_config_unknown_key_is_refused(tmp_path, hpc_launch_bin):
+    (tmp_path / "hpc-launch.yaml").write_text("clutser: abci\n")
+    r = _run(hpc_launch_bin, ["--dry-run"], tmp_path)
+    assert r.returncode == 2 and "unknown key 'clutser'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_broken_user_profile_names_file_and_key(tmp_path, hpc_launch_bin):
+    bad = tmp_path / "mine.yaml"
+    bad.write_text("name: mine\nextends: slurm\nlaunch: {launcher: srunn}\n")
+    r = _run(hpc_launch_bin, ["--profile", str(bad), "--cluster", "mine", "--dry-run"], tmp_path)
+    assert r.returncode == 2
+    line = r.stderr.strip()
+    assert str(bad) in line and "launch.launcher" in line and "srun-torchrun" in line
+
+
+def test_user_profile_overrides_shipped_profile(tmp_path, hpc_launch_bin, monkeypatch):
+    import os
+
+    config = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"])
+    (config / "clusters").mkdir(parents=True)
+    (config / "clusters" / "abci.yaml").write_text("group: {default: gdefault1}\nmodules: {load: [cuda/12.8/12.8.1]}\n")
+    r = _run(hpc_launch_bin, ["--cluster", "abci", "--nodes", "1", "--login", "local", "--dry-run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "#PBS -P gdefault1" in r.stdout and "module load cuda/12.8/12.8.1\n" in r.stdout
+
+
+def test_user_template_overrides_shipped_one(tmp_path, hpc_launch_bin):
+    import os
+
+    tdir = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "templates" / "body"
+    tdir.mkdir(parents=True)
+    (tdir / "rendezvous.sh.j2").write_text("export MASTER_ADDR=custom MASTER_PORT=1234\n")
+    r = _run(hpc_launch_bin, ["--cluster", "slurm", "--nodes", "1", "--login", "local", "--dry-run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "export MASTER_ADDR=custom MASTER_PORT=1234" in r.stdout
+
+
+def test_clusters_lists_every_profile_and_show_resolves(hpc_launch_bin):
+    r = subprocess.run([hpc_launch_bin, "clusters"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for name in ("abci", "abci2", "miyabi", "polaris", "thetagpu", "slurm", "pods", "local"):
+        assert name in r.stdout
+    assert "retired" in r.stdout
+    r = subprocess.run([hpc_launch_bin, "clusters", "show", "miyabi"], capture_output=True, text=True)
+    assert r.returncode == 0 and "group_list" in r.stdout and "aarch64" in r.stdout
+    r = subprocess.run([hpc_launch_bin, "clusters", "show", "miyabe"], capture_output=True, text=True)
+    assert r.returncode == 2 and "did you mean `miyabi`" in r.stderr
