@@ -28,6 +28,7 @@ def expand_slurm_nodelist(text: str) -> List[str]:
     """`n[1-3,07],gpu[01-02]-ib` -> n1 n2 n3 n07 gpu01-ib gpu02-ib (Slurm's hostlist syntax)."""
     hosts: List[str] = []
     for item in _split_top_level(text.strip()):
+        item = item.strip()
         if item:
             hosts.extend(_expand_item(item))
     return hosts
@@ -84,12 +85,13 @@ def count_hosts(lines: Iterable[str]) -> "OrderedDict[str, int]":
     return counts
 
 
-def _read(path: str, var: str) -> str:
+def _read(path: str, origin: str) -> str:
+    """`origin` says where the path came from: `$PBS_NODEFILE`, `--nodefile`."""
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
     except OSError as exc:
-        raise HostfileError(f"cannot read the node file {path} (from ${var}): {exc.strerror}") from None
+        raise HostfileError(f"cannot read the node file {path} (from {origin}): {exc.strerror}") from None
 
 
 def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tuple[str, "OrderedDict[str, int]"]:
@@ -102,7 +104,7 @@ def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tupl
             continue
         if var == "SLURM_JOB_NODELIST":
             return f"${var}", count_hosts(expand_slurm_nodelist(value))
-        text = _read(value, var)
+        text = _read(value, f"${var}")
         if var == "PE_HOSTFILE":
             # `host slots queue processors` per line: the slot count is the second column
             pe: "OrderedDict[str, int]" = OrderedDict()
@@ -180,7 +182,8 @@ def build(
     exclude: Optional[str] = None,
 ) -> str:
     if hosts:
-        found = count_hosts(h for h in hosts.split(",") if h.strip())
+        # Slurm hostlist syntax too: a plain split on "," would turn `n[1,3]` into hosts `n[1`, `3]`
+        found = count_hosts(expand_slurm_nodelist(hosts))
     elif nodefile:
         found = nodes_from_file(nodefile)
     else:

@@ -45,17 +45,22 @@ def query(transport, records: List[JobRecord]) -> Dict[str, tuple]:
     if result.rc != 0 and dialect.status_needs_history_fallback and "option" in (result.err + result.out).lower():
         # Torque-style qstat (Slurm's wrapper) has no -x: ask again without history
         result = transport.run(dialect.status_argv(ids, history=False), timeout=60)
-    known = dialect.parse_status(result.out, ids) if result.out.strip() or result.rc == 0 else {}
-    if result.rc != 0 and not known and dialect.name not in ("none",) and not _unknown_job_error(result.err):
-        raise SchedulerError(f"{argv[0]} failed on {transport.host}: {(result.err or result.out).strip()[:200]}")
+    known = dialect.parse_status(result.out, ids)
+    # A non-zero exit with unknown-job messages (or none: Torque's qstat says nothing, rc 153)
+    # only means some jobs have left the scheduler. Anything else is a real failure.
+    err = result.err.strip()
+    if result.rc != 0 and not known and err and dialect.name != "none" and not _unknown_job_error(err):
+        raise SchedulerError(f"{argv[0]} failed on {transport.host}: {err.splitlines()[0][:200]}")
     out: Dict[str, tuple] = {}
     for rec in records:
         info = known.get(rec.job_id)
-        code = None
-        if info is not None and not info.state.terminal:
+        if info is not None and info.active:
             out[rec.job_id] = (info.state, None, info.raw)
             continue
         code = read_exit_code(transport, rec.exit_path)
+        if info is not None and info.ended and info.exit_code is None:
+            out[rec.job_id] = (_from_exit_code(code, rec), code, info.raw)
+            continue
         if info is not None:
             state = info.state
             if rec.state == JobState.CANCELLED.value and state == JobState.FAILED:

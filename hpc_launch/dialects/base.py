@@ -18,6 +18,13 @@ class StatusInfo:
     state: JobState
     exit_code: Optional[int] = None
     raw: str = ""  # the scheduler's own word, for `status` output
+    # The scheduler says the job is over but not how it ended (Torque-style `C` without an
+    # exit status): the exit-code file decides.
+    ended: bool = False
+
+    @property
+    def active(self) -> bool:
+        return not (self.ended or self.state.terminal)
 
 
 # Messages that mean "the scheduler did not take the job, try again later" (nothing was created).

@@ -57,7 +57,8 @@ class GridEngine(Dialect):
     @staticmethod
     def parse_accounting(out: str) -> StatusInfo:
         fields = dict(re.findall(r"(?m)^(\w+)\s+(.*?)\s*$", out))
-        exit_code = int(fields["exit_status"]) if fields.get("exit_status", "").lstrip("-").isdigit() else None
+        raw_exit = (fields.get("exit_status") or "").split()  # `137   (Killed)`
+        exit_code = int(raw_exit[0]) if raw_exit and raw_exit[0].lstrip("-").isdigit() else None
         failed = fields.get("failed", "0").split()[0]
         if exit_code == 0 and failed == "0":
             return StatusInfo(JobState.DONE, 0, "qacct")

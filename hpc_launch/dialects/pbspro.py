@@ -62,10 +62,9 @@ class PBSPro(Dialect):
             exit_raw = attrs.get("Exit_status", attrs.get("exit_status"))
             exit_code = int(exit_raw) if exit_raw and re.fullmatch(r"-?\d+", exit_raw.strip()) else None
             if letter in ("F", "C"):
-                state = finished_state(exit_code)
+                result[wanted[num]] = StatusInfo(finished_state(exit_code), exit_code, letter, ended=True)
             else:
-                state = _STATE.get(letter, JobState.UNKNOWN)
-            result[wanted[num]] = StatusInfo(state, exit_code, letter)
+                result[wanted[num]] = StatusInfo(_STATE.get(letter, JobState.UNKNOWN), exit_code, letter)
         return result
 
     def cancel_argv(self, job_id: str) -> List[str]:
