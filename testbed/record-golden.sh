@@ -1,7 +1,7 @@
 #!/bin/bash
 # shellcheck source-path=SCRIPTDIR
 # Record REAL outputs of the testbed schedulers' commands into tests/golden/sched/ (for the status parsers).
-# Needs a running testbed (testbed/up.sh). Takes ~2 minutes (a Slurm TIMEOUT needs a 1-minute time limit).
+# Needs a running testbed (testbed/up.sh). Takes ~70 s (a Slurm TIMEOUT needs a 1-minute time limit).
 #   testbed/record-golden.sh [OUTDIR]
 # Each golden file NAME.txt holds the command's stdout exactly; NAME.stderr.txt its stderr when non-empty.
 # OUTDIR/README.md lists every file with the exact command line and exit status.
@@ -25,8 +25,11 @@ rec() {
   case $flavor in pbs) p=$PBSP ;; sge) p=$SGEP ;; *) p=$PATH ;; esac
   PATH=$p "$@" > "$G/$name.txt" 2> "$G/$name.stderr.txt" || rc=$?
   [ -s "$G/$name.stderr.txt" ] || rm -f "$G/$name.stderr.txt"
-  local shown
-  printf -v shown '%q ' "$@"
+  local shown="" a
+  for a in "$@"; do   # shell-quote only where needed; "|" is escaped for the Markdown table
+    if [[ $a =~ ^[A-Za-z0-9_./%=:,@+-]+$ ]]; then shown+="$a "; else shown+="'${a//\'/\'\\\'\'}' "; fi
+  done
+  shown=${shown//|/\\|}
   if [ "$flavor" = pbs ]; then shown="PATH=\$HPC_TESTBED_PBS_BIN:\$PATH $shown"; fi
   if [ "$flavor" = sge ]; then shown="PATH=\$HPC_TESTBED_SGE_BIN:\$PATH $shown"; fi
   local err=""
@@ -214,8 +217,9 @@ fi
 
 Recorded by \`testbed/record-golden.sh\` on $(date -u +%Y-%m-%d) against the testbed (Slurm $(sinfo -V | awk '{print $2}')
 in $TB_PODS netns pods, Slurm's PBS/Torque Perl wrappers from slurm-wlm-torque, Grid Engine 8.1.9 on host \`$(hostname)\`).
-Re-record with \`testbed/record-golden.sh\` (testbed up; ~2 min). Job ids differ on every run.
+Re-record with \`testbed/record-golden.sh\` (testbed up; ~70 s). Job ids differ on every run.
 
+- In the table a \`\\|\` is a literal \`|\` (Markdown escape); the commands ran in a scratch dir under \`\$HPC_TESTBED_DIR/work\`.
 - \`NAME.txt\` is the command's **stdout** exactly; \`NAME.stderr.txt\` its stderr when there was any.
 - \`PATH=\$HPC_TESTBED_PBS_BIN:\$PATH\` selects Slurm's PBS wrappers (\`qsub\` prints a bare id, no \`.server\`);
   \`PATH=\$HPC_TESTBED_SGE_BIN:\$PATH\` selects Grid Engine.

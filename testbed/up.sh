@@ -343,6 +343,11 @@ sge_ready() {
 start_sge() {
   [ "$TB_SGE" = 1 ] || return 0
   [ -d "$SGE_COMMON" ] || tb_die "Grid Engine cell $SGE_COMMON missing (gridengine-master postinst did not run?)"
+  # Grid Engine needs the host name to resolve; a bare CI box may not have it in /etc/hosts.
+  if ! getent hosts "$HOST" >/dev/null; then
+    tb_say "adding '127.0.1.1 $HOST' to /etc/hosts (Grid Engine needs the host name to resolve)"
+    printf '127.0.1.1 %s\n' "$HOST" >> /etc/hosts
+  fi
   # Pitfall: $(hostname) resolves to 127.0.0.1 = "localhost"; without the alias every client gets "access denied".
   printf '%s localhost\n' "$HOST" > "$SGE_COMMON/host_aliases"
   echo "$HOST" > "$SGE_COMMON/act_qmaster"
