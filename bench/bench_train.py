@@ -39,6 +39,9 @@ def env() -> dict:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH")]))
     e["PYTHONUNBUFFERED"] = "1"
+    # A JIT-op cache of our own unless CI names one: checkouts at other paths compile the same ops
+    # with other flags into the shared default dir and keep rebuilding each other's (~40 s each).
+    e.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".ci-cache" / "torch_extensions"))
     return e
 
 

@@ -45,6 +45,14 @@ def _split_list(value: Optional[str]) -> Optional[List[str]]:
     return [v for v in (x.strip() for x in value.split(",")) if v]
 
 
+def _expand_hosts(value: Optional[str]) -> Optional[List[str]]:
+    if value is None:
+        return None
+    from .hostfile import expand_slurm_nodelist
+
+    return expand_slurm_nodelist(value)
+
+
 # ---------------------------------------------------------------------------------------------
 # submit
 
@@ -52,7 +60,7 @@ def _split_list(value: Optional[str]) -> Optional[List[str]]:
 @app.command()
 def submit(
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster profile name (default: local)"),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-n", help="number of nodes"),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-n", help="number of nodes (default 1; pods: all --hosts)"),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs (ranks) per node; default: all of the node's"),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue / partition / resource type"),
     walltime: Optional[str] = typer.Option(None, "--walltime", "-t", help="HH:MM:SS (or 90m, 2h)"),
@@ -84,7 +92,7 @@ def submit(
         cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime,
         group=group, name=name, modules=_split_list(modules), env=_parse_env(env), script=script,
         train_args=shlex.split(train_args) if train_args is not None else None, directives=list(directive),
-        hosts=_split_list(hosts), workdir=workdir, venv=venv, login=login,
+        hosts=_expand_hosts(hosts), workdir=workdir, venv=venv, login=login,
     )
     if train_args is not None and not overrides["train_args"]:
         overrides["train_args"] = None
@@ -114,7 +122,7 @@ def submit(
 @app.command()
 def hostfile(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="write here (atomically) instead of stdout"),
-    slots: Optional[int] = typer.Option(None, "--slots", "-s", help="slots (GPUs) per node; default: the profile's, else as often as the node file lists a host"),
+    slots: Optional[int] = typer.Option(None, "--slots", "-s", help="slots (GPUs) per node; default: with --cluster the profile's GPUs, else as often as the node list names a host"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="take slots from this cluster profile"),
     source: Optional[str] = typer.Option(None, "--from", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
     nodefile: Optional[str] = typer.Option(None, "--nodefile", help="read this node file (one host per line)"),
@@ -308,7 +316,7 @@ def cancel(
     record = store.get(job_id, cluster)
     if JobState(record.state).terminal:
         raise HpcLaunchError(f"job {job_id} already ended ({record.state})")
-    argv = dialects.get(record.dialect).cancel_argv(record.job_id)
+    argv = dialects.with_site_commands(dialects.get(record.dialect).cancel_argv(record.job_id), (record.extra or {}).get("commands", {}))
     result = _transport_for(record.host).run(argv, timeout=60)
     if result.rc != 0:
         raise SchedulerError(f"{argv[0]} failed: {(result.err or result.out).strip()[:200]}")
@@ -317,7 +325,10 @@ def cancel(
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    from typer._click import exceptions as click_exc
+    try:  # typer >= 0.26 vendors click
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click import exceptions as click_exc
     from typer.main import get_command
 
     command = get_command(app)
@@ -330,7 +341,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         hint = f" (see `hpc-launch {exc.ctx.info_name if exc.ctx and exc.ctx.parent else ''} --help`)".replace("  ", " ")
         _err(" ".join(exc.format_message().split()) + hint)
         sys.exit(2)
-    except click_exc.Abort:
+    except getattr(click_exc, "Abort", KeyboardInterrupt):
         _err("aborted")
         sys.exit(130)
     except KeyboardInterrupt:

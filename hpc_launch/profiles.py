@@ -144,7 +144,8 @@ class Profile(_Strict):
     notes: Optional[str] = None
     docs: Optional[str] = None
     login: Optional[str] = None
-    submit_command: Optional[List[str]] = None  # e.g. ["qsub-gpu"] on ThetaGPU
+    # The site's names for the scheduler's programs, e.g. ThetaGPU {qsub: qsub-gpu, qstat: qstat-gpu}
+    commands: Dict[str, str] = {}
     queues: Dict[str, Queue] = {}
     default_queue: Optional[str] = None
     default_walltime: str = "01:00:00"

@@ -9,6 +9,7 @@ them, so they are checked to be single lines before they get near a template.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -91,6 +92,18 @@ class JobScript:
 _ENV = None
 
 
+def _bytecode_cache(jinja2):
+    """Compiled templates cached on disk: compiling them is most of a cold dry-run's work."""
+    try:
+        from platformdirs import user_cache_dir
+
+        directory = os.path.join(user_cache_dir("hpc-launch"), f"jinja-{__version__}")
+        os.makedirs(directory, exist_ok=True)
+        return jinja2.FileSystemBytecodeCache(directory)
+    except OSError:  # read-only home: compile every time
+        return None
+
+
 def _environment():
     global _ENV
     if _ENV is None:
@@ -100,6 +113,7 @@ def _environment():
 
         _ENV = jinja2.Environment(
             loader=jinja2.FileSystemLoader([str(p) for p in templates_dirs()]),
+            bytecode_cache=_bytecode_cache(jinja2),
             finalize=_finalize,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -117,7 +131,8 @@ def directive_lines(job: ResolvedJob) -> List[str]:
     p = job.profile
     dialect = dialects.get(p.dialect)
     values = job.placeholders()
-    defaults = [fill(d, values) for d in p.directives]
+    optional = {k for k in ("queue", "group") if not values.get(k)}
+    defaults = [fill(d, values) for d in p.directives if not optional & set(re.findall(r"{(\w+)}", d))]
     if job.group and p.group.where == "directive":
         defaults.append(fill(p.group.flag, values))
     lines = dialect.merge_directives(defaults, job.spec.directives)
@@ -154,12 +169,11 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
     dialect = dialects.get(p.dialect)
     name = script_name(job, stamp)
     script_path = f"{job.workdir.rstrip('/')}/{SCRIPT_DIR}/{name}"
-    program = p.submit_command
     if p.dialect == "none":
         log_prefix = f"{job.workdir.rstrip('/')}/{job.name}.o"
         argv = dialect.submit_argv(script_path, log_prefix=log_prefix)
     else:
-        argv = dialect.submit_argv(script_path, submit_flags=submit_flags(job), program=program)
+        argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=submit_flags(job)), p.commands)
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
     deepspeed_family = p.launch.launcher.startswith("deepspeed")

@@ -28,7 +28,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @dataclass
 class JobSpec:
     cluster: Optional[str] = None
-    nodes: int = 1
+    nodes: Optional[int] = None  # default 1; on pods, every host given
     gpus_per_node: Optional[int] = None
     queue: Optional[str] = None
     walltime: Optional[str] = None
@@ -163,6 +163,8 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     if not _NAME.match(spec.name or ""):
         raise SpecError(f"job name {spec.name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-' (at most 63)")
 
+    if spec.nodes is None:
+        spec.nodes = len(spec.hosts) if (profile.dialect == "none" and spec.hosts) else 1
     if not isinstance(spec.nodes, int) or spec.nodes < 1:
         raise SpecError(f"--nodes must be a whole number of at least 1, not {spec.nodes!r}")
 

@@ -51,12 +51,12 @@ def choose_host(spec: JobSpec, profile: profiles.Profile) -> str:
         return LOCAL if spec.login in ("local", LOCAL) else spec.login
     if profile.dialect == "none" or not profile.login:
         return LOCAL
-    program = (profile.submit_command or [dialects.get(profile.dialect).submit_program])[0]
+    program = profile.commands.get(dialects.get(profile.dialect).submit_program, dialects.get(profile.dialect).submit_program)
     return LOCAL if shutil.which(program) else profile.login
 
 
 def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[str] = None, stamp: Optional[str] = None) -> Prepared:
-    profile = profiles.load(spec.cluster or "local", profile_file=profile_file)
+    profile = profiles.load(spec.cluster, profile_file=profile_file)
     host = choose_host(spec, profile)
     if host != LOCAL and not spec.workdir:
         # the local cwd means nothing on the remote login node
@@ -130,6 +130,7 @@ def submit(prepared: Prepared, *, transport=None, store=None, sleep: Callable[[f
             log_path=log_path + (".live" if profile.log.live == "tee" else ""),
             exit_path=log_path + ".exitcode", submit_time=time.time(), state="queued",
             submit_argv=list(prepared.script.submit_argv),
+            extra={"commands": dict(profile.commands)} if profile.commands else {},
         )
         (store or JobStore()).add(record)
         return record

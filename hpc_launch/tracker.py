@@ -39,12 +39,13 @@ def query(transport, records: List[JobRecord]) -> Dict[str, tuple]:
     if not records:
         return {}
     dialect = dialects.get(records[0].dialect)
+    commands = records[0].extra.get("commands", {}) if records[0].extra else {}
     ids = [r.job_id for r in records]
-    argv = dialect.status_argv(ids)
+    argv = dialects.with_site_commands(dialect.status_argv(ids), commands)
     result = transport.run(argv, timeout=60)
     if result.rc != 0 and dialect.status_needs_history_fallback and "option" in (result.err + result.out).lower():
         # Torque-style qstat (Slurm's wrapper) has no -x: ask again without history
-        result = transport.run(dialect.status_argv(ids, history=False), timeout=60)
+        result = transport.run(dialects.with_site_commands(dialect.status_argv(ids, history=False), commands), timeout=60)
     known = dialect.parse_status(result.out, ids)
     # A non-zero exit with unknown-job messages (or none: Torque's qstat says nothing, rc 153)
     # only means some jobs have left the scheduler. Anything else is a real failure.
@@ -68,7 +69,7 @@ def query(transport, records: List[JobRecord]) -> Dict[str, tuple]:
             out[rec.job_id] = (state, code if code is not None else info.exit_code, info.raw)
             continue
         if isinstance(dialect, GridEngine) and code is None:
-            acct = transport.run(dialect.accounting_argv(rec.job_id), timeout=60)
+            acct = transport.run(dialects.with_site_commands(dialect.accounting_argv(rec.job_id), commands), timeout=60)
             if acct.rc == 0:
                 info = dialect.parse_accounting(acct.out)
                 state = JobState.CANCELLED if rec.state == JobState.CANCELLED.value else info.state

@@ -45,3 +45,4 @@ tb_kill /run/munge/munged.pid
 rm -f /run/slurmctld.pid /run/slurmdbd.pid /run/slurmd-*.pid   # stale ones break `apt-get purge slurmctld`
 rm -f "$TB_DIR/pods"
 tb_say "testbed down"
+rm -f /etc/profile.d/hpc-testbed-login.sh

@@ -176,6 +176,15 @@ Port $TB_LOGIN_SGE_PORT" "$d/ssh_host_ed25519_key" "$pf" \
   SetEnv PATH=$TB_PBS_BIN:$base_path SGE_ROOT=$SGE_ROOT SGE_CELL=$SGE_CELL HPC_TESTBED_LOGIN_FLAVOR=pbs
 Match LocalPort $TB_LOGIN_SGE_PORT
   SetEnv PATH=$TB_SGE_BIN:$base_path SGE_ROOT=$SGE_ROOT SGE_CELL=$SGE_CELL HPC_TESTBED_LOGIN_FLAVOR=sge"
+  # Login shells (hpc-launch runs remote commands with `bash -lc`, as real sites need for `module`)
+  # rebuild PATH in /etc/profile: put the flavour's qsub first again there, as a site's profile.d does.
+  cat > /etc/profile.d/hpc-testbed-login.sh <<PROFILE
+# hpc-launch testbed login host: which qsub comes first (set by sshd SetEnv per port)
+case "\${HPC_TESTBED_LOGIN_FLAVOR:-}" in
+  pbs) PATH=$TB_PBS_BIN:\$PATH ;;
+  sge) PATH=$TB_SGE_BIN:\$PATH ;;
+esac
+PROFILE
   if tb_alive "$pf"; then
     kill -HUP "$(tr -dc '0-9' < "$pf")"   # re-read config (cheap, keeps it idempotent)
   else

@@ -30,11 +30,19 @@ class Batch:
     world_size: int
 
 
+_FIT_HINT = ("train_batch_size = micro_batch_per_gpu * grad_accum * world_size; "
+             "change --global-batch, --micro-batch or --grad-accum")
+
+
 def _fit_error(micro, accum, global_, world) -> TrainError:
-    return TrainError(
-        f"batch arithmetic does not fit: global batch {global_} != micro-batch {micro} x grad-accum {accum} "
-        f"x world size {world}", hint="train_batch_size = micro_batch_per_gpu * grad_accum * world_size; "
-                                      "change --global-batch, --micro-batch or --grad-accum")
+    return TrainError(f"batch arithmetic does not fit: global batch {global_} != micro-batch {micro} "
+                      f"x grad-accum {accum} x world size {world}", hint=_FIT_HINT)
+
+
+def _underivable(global_, known_name, known, world, missing_name) -> TrainError:
+    return TrainError(f"batch arithmetic does not fit: global batch {global_} is not a multiple of "
+                      f"{known_name} {known} x world size {world} = {known * world}, so no whole "
+                      f"{missing_name} gives it", hint=_FIT_HINT)
 
 
 def resolve_batch(world_size: int, micro: Optional[int] = None, accum: Optional[int] = None,
@@ -51,11 +59,11 @@ def resolve_batch(world_size: int, micro: Optional[int] = None, accum: Optional[
     if micro is None:
         micro, rest = divmod(global_, accum * world_size)
         if rest or micro == 0:
-            raise _fit_error(f"{global_}/({accum}x{world_size})", accum, global_, world_size)
+            raise _underivable(global_, "grad-accum", accum, world_size, "micro-batch")
     elif accum is None:
         accum, rest = divmod(global_, micro * world_size)
         if rest or accum == 0:
-            raise _fit_error(micro, f"{global_}/({micro}x{world_size})", global_, world_size)
+            raise _underivable(global_, "micro-batch", micro, world_size, "grad-accum")
     if micro * accum * world_size != global_:
         raise _fit_error(micro, accum, global_, world_size)
     return Batch(micro, accum, global_, world_size)

@@ -50,7 +50,8 @@ def memory_gb() -> tuple:
         # ru_maxrss is the true peak of this process.
         import resource
 
-        return acc.memory_allocated() / GB, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB
+        now = acc.memory_allocated()
+        return now / GB, max(now, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / GB
     return acc.memory_allocated() / GB, acc.max_memory_allocated() / GB
 
 

@@ -126,7 +126,7 @@ def run(args) -> int:
         say(f"resumed from {os.path.join(*found)} at step {step}")
     say(f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
         f"precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "
-        f"steps={args.total_steps} steps/epoch={steps_per_epoch}")
+        f"steps={args.total_steps} steps/epoch={steps_per_epoch} threads/rank={torch.get_num_threads()}")
 
     from .metrics import StepMeter, step_line
 

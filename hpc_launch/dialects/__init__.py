@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Dialect, StatusInfo
+from .base import Dialect, StatusInfo, with_site_commands
 from .cobalt import Cobalt
 from .direct import Direct
 from .gridengine import GridEngine
@@ -16,4 +16,4 @@ def get(name: str) -> Dialect:
     return _DIALECTS[name]
 
 
-__all__ = ["Dialect", "StatusInfo", "get"]
+__all__ = ["Dialect", "StatusInfo", "get", "with_site_commands"]

@@ -110,6 +110,16 @@ class Dialect:
         return job_id.split(".", 1)[0]
 
 
+def with_site_commands(argv: Sequence[str], commands: Dict[str, str]) -> List[str]:
+    """Swap the scheduler program for the site's name of it (the first argv item it names)."""
+    out = list(argv)
+    for i, item in enumerate(out):
+        if item in commands:
+            out[i] = commands[item]
+            break
+    return out
+
+
 def last_matching_line(out: str, pattern: str, what: str) -> re.Match:
     for line in reversed(out.strip().splitlines()):
         m = re.search(pattern, line.strip())

@@ -155,7 +155,7 @@ def test_flaky_qsub_is_retried_without_a_duplicate_job(hpc_launch_bin, testbed, 
     )
     flaky.chmod(0o755)
     profile = shared_workdir / "flaky.yaml"
-    profile.write_text(f"name: tb-pbs-flaky\nextends: tb-pbs\nsubmit_command: [{flaky}]\n")
+    profile.write_text(f"name: tb-pbs-flaky\nextends: tb-pbs\ncommands: {{qsub: {flaky}}}\n")
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
     name = f"flaky{os.getpid()}"
     job_id = cli.submit("--profile", str(profile), "--cluster", "tb-pbs-flaky", "--name", name, *LONG)

@@ -1,8 +1,5 @@
 """The guarded torchvision import on a CPU-only machine, and real image-folder training with workers."""
 
-import subprocess
-import sys
-
 import pytest
 
 from ds_launch import launch, run_python

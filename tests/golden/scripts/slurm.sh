@@ -44,5 +44,5 @@ export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- launch: srun, one task per GPU; the entrypoint maps SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID ---
-srun --kill-on-bad-exit=1 --nodes="$NNODES" --ntasks-per-node=4  \
+srun --kill-on-bad-exit=1 --nodes="$NNODES" --ntasks-per-node=4 \
   python3 -u -m train --model resnet50 --data synthetic --zero 2 --micro-batch 64 --steps 200

@@ -50,4 +50,4 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 # --- launch: Open MPI, one rank per GPU; the entrypoint maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE/LOCAL_RANK ---
 mpirun -np "$WORLD_SIZE" --npernode 8 -hostfile "$HOSTFILE" \
   -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH \
-  -x PATH -x LD_LIBRARY_PATH -x PYTHONUSERBASE -x http_proxy -x https_proxy python3 -u -m train --model resnet50 --data synthetic --zero 1 --precision fp16 --micro-batch 64 --steps 200
+  -x PYTHONUSERBASE -x http_proxy -x https_proxy python3 -u -m train --model resnet50 --data synthetic --zero 1 --precision fp16 --micro-batch 64 --steps 200
