@@ -3,6 +3,9 @@ user errors exit non-zero with one line and no traceback."""
 
 import pytest
 
+pytest.importorskip("deepspeed")  # the training stack is optional for the launcher
+pytest.importorskip("sklearn")
+
 from ds_launch import SMALL, launch, run_python
 
 pytestmark = pytest.mark.train
