@@ -43,3 +43,12 @@ def test_zero_stage_trains_on_two_ranks(zero, tmp_path):
         assert result["samples"] == "360"
         # Ranks keep their own BatchNorm statistics; the checkpoint holds rank 0's, so allow a little.
         assert abs(float(result["top1"]) - float(run.evals[-1]["top1"])) <= 0.03
+
+
+def test_zero3_with_cpu_offload_of_optimizer_and_params(tmp_path):
+    # DeepSpeedCPUAdam (JIT-built cpu_adam, ~65 s on a cold cache) and ZeRO-Infinity's param offload.
+    run = launch([*SMALL, "--steps", "40", "--log-every", "10", "--lr", "3e-3", "--zero", "3",
+                  "--offload", "optimizer+params"], cwd=tmp_path)
+    assert run.rc == 0, run.out[-3000:]
+    assert run.losses[-1] < 0.6 * run.losses[0], run.losses
+    assert float(run.evals[-1]["top1"]) >= 0.8
