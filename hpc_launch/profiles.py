@@ -11,7 +11,6 @@ The schema is msgspec (fast to import: the dry-run path must stay close to `impo
 
 from __future__ import annotations
 
-import difflib
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -290,6 +289,8 @@ def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
     found, added = _all(profile_file)
     name = name or added or "local"
     if name not in found:
+        import difflib
+
         close = difflib.get_close_matches(name, list(found), n=1, cutoff=0.5)
         hint = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(sorted(found))}"
         raise ProfileError(f"unknown cluster {name!r}", hint=f"{hint} `hpc-launch clusters` lists them")
