@@ -220,3 +220,19 @@ def test_ssh_host_key_mismatch_is_refused_and_nothing_submitted(hpc_launch_bin, 
     after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
     assert set(after) <= set(before)
     assert not list(shared_workdir.glob(".hpc-launch/*.sh"))
+
+
+# ---- every launch route the profiles use, across two pods ------------------------------------
+
+
+@pytest.mark.parametrize("cluster,route", [
+    ("tb-pbs-mpi", "mpirun (ABCI 3.0): ranks from OMPI_COMM_WORLD_*"),
+    ("tb-pbs-dsmpi", "deepspeed --launcher openmpi (ABCI 2.0 tutorial)"),
+    ("tb-pbs-torchrun", "mpirun + torchrun per node (Miyabi)"),
+    ("tb-slurm-torchrun", "srun + torchrun per node, static rendezvous"),
+])
+def test_launch_route_trains_across_two_pods(cluster, route, hpc_launch_bin, testbed, shared_workdir):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
+    job_id = cli.submit("--cluster", cluster, "--nodes", "2")
+    _follow(cli, job_id)
+    _check_done(cli, job_id, shared_workdir)
