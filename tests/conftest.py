@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -31,11 +30,3 @@ def hpc_launch_bin() -> str:
     assert path.exists(), f"{path} missing: install the package (pip install -e .)"
     return str(path)
 
-
-def scheduler_env_cleared(env=None):
-    """A copy of the environment without any scheduler's job variables."""
-    env = dict(os.environ if env is None else env)
-    for key in list(env):
-        if key.startswith(("PBS_", "SLURM_", "SGE_", "COBALT_")) or key in ("PE_HOSTFILE", "JOB_ID", "NHOSTS"):
-            env.pop(key)
-    return env

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import scheduler_env_cleared
+from envutil import scheduler_env_cleared
 from hpc_launch import dialects
 from hpc_launch import hostfile as hf
 from hpc_launch.errors import HostfileError

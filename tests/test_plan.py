@@ -2,7 +2,6 @@
 
 import pytest
 
-pytest.importorskip("deepspeed")
 from hpc_launch.plan import GIB, HEADROOM, count_params, format_plan, plan_memory  # noqa: E402
 
 pytestmark = pytest.mark.train

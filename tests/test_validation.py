@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import scheduler_env_cleared
+from envutil import scheduler_env_cleared
 
 CASES = [
     # (args, words the one-line error must contain)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_cli
+from e2e_support import CLI, make_cli
 
 pytestmark = pytest.mark.scheduler
 
@@ -43,11 +43,7 @@ def _follow(cli, job_id):
 
 
 def test_local_submit_follow_done(hpc_launch_bin, tmp_path):
-    cli = make_cli(hpc_launch_bin, {}, tmp_path) if False else None
-    env = dict(os.environ)
-    from conftest import CLI
-
-    cli = CLI(hpc_launch_bin, env, tmp_path)
+    cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
     r = cli("submit", "--cluster", "local", "--follow", "--train-args",
             "--model smallcnn --data synthetic --steps 4 --micro-batch 8 --log-every 1 --no-eval", timeout=400)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
@@ -58,8 +54,6 @@ def test_local_submit_follow_done(hpc_launch_bin, tmp_path):
 
 
 def test_local_failing_job_reports_failure_and_exit_code(hpc_launch_bin, tmp_path):
-    from conftest import CLI
-
     cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
     (tmp_path / "boom.py").write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(7)\n")
     job_id = cli.submit("--cluster", "local", "--script", str(tmp_path / "boom.py"), "--train-args", "")
@@ -70,8 +64,6 @@ def test_local_failing_job_reports_failure_and_exit_code(hpc_launch_bin, tmp_pat
 
 
 def test_local_cancel_kills_the_whole_job(hpc_launch_bin, tmp_path):
-    from conftest import CLI
-
     cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
     job_id = cli.submit("--cluster", "local", *LONG)
     cli.wait_log(tmp_path / f"train.o{job_id}", "[hpc-train] step=2", timeout=300)

@@ -4,8 +4,6 @@ import json
 
 import pytest
 
-pytest.importorskip("deepspeed")  # the training stack is optional for the launcher
-pytest.importorskip("sklearn")
 
 from train import checkpoint
 from train.errors import TrainError

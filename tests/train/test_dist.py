@@ -2,8 +2,6 @@
 
 import pytest
 
-pytest.importorskip("deepspeed")  # the training stack is optional for the launcher
-pytest.importorskip("sklearn")
 
 from train import dist
 from train.errors import TrainError

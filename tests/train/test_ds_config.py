@@ -6,8 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("deepspeed")  # the training stack is optional for the launcher
-pytest.importorskip("sklearn")
 
 from train.ds_config import build_config, merge_user_config, resolve_batch, validate
 from train.errors import TrainError

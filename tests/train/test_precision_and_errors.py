@@ -3,8 +3,6 @@ user errors exit non-zero with one line and no traceback."""
 
 import pytest
 
-pytest.importorskip("deepspeed")  # the training stack is optional for the launcher
-pytest.importorskip("sklearn")
 
 from ds_launch import SMALL, launch, run_python
 

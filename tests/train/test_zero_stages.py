@@ -4,8 +4,6 @@ import os
 
 import pytest
 
-pytest.importorskip("deepspeed")  # the training stack is optional for the launcher
-pytest.importorskip("sklearn")
 
 from ds_launch import SMALL, launch, run_python
 

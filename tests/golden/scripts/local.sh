@@ -39,4 +39,4 @@ export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- launch: DeepSpeed launcher, 2 rank(s) on this node ---
-deepspeed --num_gpus 2 --master_port "$MASTER_PORT" --module train --model smallcnn --data digits --epochs 3
+deepspeed --num_gpus 2 --master_port "$MASTER_PORT" --module train --model smallcnn --data digits --epochs 5 --micro-batch 32 --lr 3e-3 --zero 2 --log-every 10

@@ -1,0 +1,81 @@
+"""End-to-end helpers: the hpc-launch CLI as a user runs it, against the REAL testbed (testbed/up.sh)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = Path(__file__).parent / "profiles"
+
+
+def _testbed_env() -> dict:
+    out = subprocess.run(["bash", "-c", f". {REPO}/testbed/env.sh && env -0"], capture_output=True, check=True)
+    env = {}
+    for item in out.stdout.split(b"\0"):
+        if b"=" in item:
+            k, v = item.decode().split("=", 1)
+            env[k] = v
+    return {k: v for k, v in env.items() if k.startswith(("HPC_TESTBED_", "SGE_"))}
+
+
+class CLI:
+    """Runs `hpc-launch` in a subprocess with the testbed's profiles and a chosen PATH."""
+
+    def __init__(self, bin_path: str, env: dict, workdir: Path):
+        self.bin = bin_path
+        self.env = env
+        self.workdir = workdir
+
+    def __call__(self, *args, timeout=300, extra_env=None, check=False):
+        env = dict(self.env, **(extra_env or {}))
+        r = subprocess.run([self.bin, *map(str, args)], cwd=self.workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"hpc-launch {' '.join(map(str, args))} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        return r
+
+    def submit(self, *args, **kw) -> str:
+        r = self("submit", *args, check=True, **kw)
+        return r.stdout.strip().splitlines()[-1]
+
+    def wait_state(self, job_id, states, timeout=180):
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            r = self("status", job_id)
+            m = re.search(rf"^{re.escape(job_id)}\s+\S+\s+\S+\s+(\w+)", r.stdout, re.M)
+            last = m.group(1) if m else r.stdout + r.stderr
+            if last in states:
+                return last
+            time.sleep(1)
+        raise AssertionError(f"job {job_id} never reached {states}; last: {last}")
+
+    def wait_log(self, path: Path, needle: str, timeout=180):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists() and needle in path.read_text(errors="replace"):
+                return path.read_text(errors="replace")
+            time.sleep(0.5)
+        raise AssertionError(f"{needle!r} never appeared in {path}: {path.read_text(errors='replace')[-2000:] if path.exists() else 'no file'}")
+
+
+def make_cli(hpc_launch_bin: str, testbed: dict, workdir: Path, path_first: str | None = None) -> CLI:
+    env = dict(os.environ)
+    env.update(testbed)
+    env["HPC_LAUNCH_CLUSTERS_DIR"] = str(PROFILES)
+    env["HPC_LAUNCH_SSH_CONFIG"] = testbed["HPC_TESTBED_SSH_CONFIG"]
+    env["HPC_LAUNCH_KNOWN_HOSTS"] = testbed["HPC_TESTBED_KNOWN_HOSTS"]
+    if path_first:
+        env["PATH"] = f"{path_first}:{env['PATH']}"
+    return CLI(hpc_launch_bin, env, workdir)
+
+
+
+
+def testbed_env() -> dict:
+    return _testbed_env()
