@@ -83,6 +83,7 @@ class JobScript:
     submit_argv: List[str]
     script_name: str  # file name inside WORKDIR/.hpc-launch/
     job: ResolvedJob
+    stamp: str
 
     @property
     def script_relpath(self) -> str:
@@ -207,4 +208,4 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         net_if=p.net_if,
     )
     text = _environment().get_template(f"{p.dialect}.sh.j2").render(**context)
-    return JobScript(text=text, submit_argv=argv, script_name=name, job=job)
+    return JobScript(text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp)

@@ -115,7 +115,7 @@ def submit(prepared: Prepared, *, transport=None, store=None, sleep: Callable[[f
             # re-render with the absolute path of that host so the record's paths are exact
             job.workdir = workdir
             job.spec.workdir = workdir
-            prepared = Prepared(script=render(job, stamp=prepared.script.script_name[len(job.name) + 1:-3]), host=prepared.host)
+            prepared = Prepared(script=render(job, stamp=prepared.script.stamp), host=prepared.host)
         script_path = prepared.script_path
         transport.put_text(script_path, prepared.script.text, mode=0o755)
         try:
