@@ -71,8 +71,12 @@ class TensorImages:
 
 def _digits(image_size: Optional[int]) -> Data:
     import torch
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError:
+        raise TrainError("--data digits needs scikit-learn, which ships the digits images", hint="pip install scikit-learn, or use --data synthetic") from None
 
     x, y = load_digits(return_X_y=True)  # 1,797 real 8x8 scans that ship with scikit-learn
     x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
