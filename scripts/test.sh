@@ -17,7 +17,6 @@ step "testbed up"
 testbed/up.sh
 # shellcheck source=testbed/env.sh
 . testbed/env.sh
-export HPC_TESTBED_REQUIRED=1
 # DeepSpeed JIT-compiles its CPU ops once (33-77 s); keep them for the whole run.
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.cache/torch_extensions}
 export PYTHONUNBUFFERED=1
