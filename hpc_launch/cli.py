@@ -67,7 +67,8 @@ def submit(
     group: Optional[str] = typer.Option(None, "--group", "--project", "-P", help="accounting group/project, however the site spells it"),
     name: Optional[str] = typer.Option(None, "--name", "-N", help="job name (the log is NAME.oJOBID)"),
     modules: Optional[str] = typer.Option(None, "--modules", help="comma-separated modules to load (replaces the profile's)"),
-    env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE exported in the job (repeatable)"),
+    env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE exported in the job (repeatable; written into the script)"),
+    pass_env: List[str] = typer.Option([], "--pass-env", help="NAME of a variable set in this shell (a secret, e.g. WANDB_API_KEY) that the scheduler hands to the job; never written into the script (repeatable)"),
     script: Optional[str] = typer.Option(None, "--script", help="your own training script instead of `python -m train`"),
     train_args: Optional[str] = typer.Option(None, "--train-args", help="arguments for the training entrypoint, as one shell-quoted string"),
     directive: List[str] = typer.Option([], "--directive", "-d", help="extra scheduler directive; replaces a default with the same key (repeatable)"),
@@ -92,7 +93,7 @@ def submit(
         cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime,
         group=group, name=name, modules=_split_list(modules), env=_parse_env(env), script=script,
         train_args=shlex.split(train_args) if train_args is not None else None, directives=list(directive),
-        hosts=_expand_hosts(hosts), workdir=workdir, venv=venv, login=login,
+        hosts=_expand_hosts(hosts), workdir=workdir, venv=venv, login=login, pass_env=list(pass_env),
     )
     if train_args is not None and not overrides["train_args"]:
         overrides["train_args"] = None

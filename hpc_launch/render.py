@@ -148,6 +148,8 @@ def submit_flags(job: ResolvedJob) -> List[str]:
     flags: List[str] = []
     if job.group and p.group.where == "submit":
         flags += shlex.split(fill(p.group.flag, job.placeholders()))
+    if job.pass_env and p.dialect in ("pbspro", "gridengine"):
+        flags += ["-v", ",".join(job.pass_env)]  # names only: qsub copies the values from its environment
     if p.dialect == "pbspro":
         # Torque-style qsub front-ends (Slurm's wrapper) override the script's -N/-j with their
         # own defaults unless they are on the command line; real PBS Pro accepts both.

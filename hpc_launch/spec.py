@@ -23,6 +23,8 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.@%+-][A-Za-z0-9_.@%+:/=-]*$")  # queue, group, module names, hosts
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Names whose values must not be written into a job script (it is copied, kept, often world-readable).
+_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
 
 @dataclass
@@ -44,6 +46,7 @@ class JobSpec:
     conda: Optional[str] = None
     hosts: Optional[List[str]] = None  # pods: the node list
     login: Optional[str] = None
+    pass_env: List[str] = field(default_factory=list)  # names handed to the job by the scheduler, never written
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -132,6 +135,7 @@ class ResolvedJob:
     venv: Optional[str]
     conda: Optional[str]
     login: Optional[str]
+    pass_env: List[str] = field(default_factory=list)
 
     @property
     def world_size(self) -> int:
@@ -223,6 +227,19 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
             # .deepspeed_env is line-based: one KEY=VALUE per line, nothing else
             raise SpecError(f"the value of {key} contains a newline or control character, which DeepSpeed's .deepspeed_env cannot carry")
 
+    for key in env:
+        if _SECRET.search(key):
+            raise SpecError(f"--env {key}=... would write a secret into the job script",
+                            hint=f"export {key} in your shell and pass --pass-env {key}: the scheduler hands it to the job")
+    pass_env = list(dict.fromkeys(spec.pass_env or []))
+    for key in pass_env:
+        if not _ENV_KEY.match(key):
+            raise SpecError(f"--pass-env {key!r} is not a variable name")
+        if key not in os.environ:
+            raise SpecError(f"--pass-env {key}: it is not set in this shell", hint=f"export {key}=... first")
+    if pass_env and p.dialect == "cobalt":
+        raise SpecError("--pass-env is not supported on Cobalt (its --env would show the value on the command line)")
+
     for line in spec.directives:
         if _CONTROL.search(line) or not line.strip():
             raise SpecError(f"directive {line!r} must be one non-empty line", hint="pass each --directive as a single line such as '-l place=scatter'")
@@ -257,7 +274,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
         spec=spec, profile=p, name=spec.name, nodes=spec.nodes, queue=queue_name, walltime_s=walltime_s,
         group=group, gpus_per_node=gpus, procs_per_node=procs, workdir=workdir, modules=modules, env=env,
         train_args=train_args, script=spec.script, hosts=hosts, venv=venv, conda=spec.conda or p.python.conda,
-        login=login,
+        login=login, pass_env=pass_env,
     )
 
 

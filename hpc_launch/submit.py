@@ -69,7 +69,7 @@ def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[
 # ---------------------------------------------------------------------------------------------
 
 
-def _run_submit(transport, argv: List[str], cwd: str, dialect, *, sleep: Callable[[float], None] = time.sleep):
+def _run_submit(transport, argv: List[str], cwd: str, dialect, *, env=None, sleep: Callable[[float], None] = time.sleep):
     """Run the submit command; retry only when the scheduler clearly refused (nothing created).
 
     A failure after the command may have reached the scheduler (a lost connection mid-call)
@@ -79,7 +79,7 @@ def _run_submit(transport, argv: List[str], cwd: str, dialect, *, sleep: Callabl
     last_err = ""
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         try:
-            result = transport.run(argv, cwd=cwd, timeout=120)
+            result = transport.run(argv, cwd=cwd, env=env, timeout=120)
         except TransportError as exc:
             if getattr(exc, "maybe_ran", False):
                 raise TransportError(
@@ -119,7 +119,10 @@ def submit(prepared: Prepared, *, transport=None, store=None, sleep: Callable[[f
         script_path = prepared.script_path
         transport.put_text(script_path, prepared.script.text, mode=0o755)
         try:
-            job_id = _run_submit(transport, prepared.script.submit_argv, workdir, dialect, sleep=sleep)
+            import os
+
+            passed = {k: os.environ[k] for k in job.pass_env}
+            job_id = _run_submit(transport, prepared.script.submit_argv, workdir, dialect, env=passed or None, sleep=sleep)
         except Exception:
             transport.remove(script_path)  # nothing half-done is left behind
             raise

@@ -31,6 +31,9 @@ CASES = [
     (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "1X=y"], ["variable name", "--env"]),
     (["--cluster", "pods", "--nodes", "1", "--hosts", "a", "--env", "X=a\nb"], ["newline"]),
     (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--bogus"], ["--bogus"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "WANDB_API_KEY=abc"], ["secret", "--pass-env WANDB_API_KEY"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "HPC_LAUNCH_SURELY_UNSET_VAR"], ["not set", "export"]),
+    (["--cluster", "thetagpu", "--nodes", "1", "--group", "g1", "--pass-env", "HOME"], ["Cobalt"]),
     (["--cluster", "abci", "--nodes", "x"], ["nodes"]),
 ]
 
@@ -120,3 +123,12 @@ def test_clusters_lists_every_profile_and_show_resolves(hpc_launch_bin):
     assert r.returncode == 0 and "group_list" in r.stdout and "aarch64" in r.stdout
     r = subprocess.run([hpc_launch_bin, "clusters", "show", "miyabe"], capture_output=True, text=True)
     assert r.returncode == 2 and "did you mean `miyabi`" in r.stderr
+
+
+def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_launch_bin):
+    env = dict(scheduler_env_cleared(), MY_TOKEN="s3cr3t-value")
+    r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "abci", "--nodes", "1", "--group", "g1", "--login", "local",
+                        "--pass-env", "MY_TOKEN", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "qsub -v MY_TOKEN -N train" in r.stderr
+    assert "s3cr3t-value" not in r.stdout + r.stderr

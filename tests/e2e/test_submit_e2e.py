@@ -228,3 +228,24 @@ def test_launch_route_trains_across_two_pods(cluster, route, hpc_launch_bin, tes
     job_id = cli.submit("--cluster", cluster, "--nodes", "2")
     _follow(cli, job_id)
     _check_done(cli, job_id, shared_workdir)
+
+
+# ---- secrets reach the job without being written anywhere ---------------------------------
+
+
+@pytest.mark.parametrize("cluster", ["local", "tb-pbs", "tb-slurm"])
+def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_bin, testbed, shared_workdir):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
+    secret = f"s3cr3t-{os.getpid()}-{cluster}"
+    probe = shared_workdir / "probe.py"
+    probe.write_text("import hashlib, os\nv = os.environ.get('MY_API_TOKEN', '')\nprint('token sha256', hashlib.sha256(v.encode()).hexdigest())\n")
+    job_id = cli.submit("--cluster", cluster, "--nodes", "1", "--script", str(probe), "--train-args", "",
+                        "--pass-env", "MY_API_TOKEN", extra_env={"MY_API_TOKEN": secret})
+    r = cli("logs", "-f", job_id, timeout=300)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    import hashlib
+
+    assert f"token sha256 {hashlib.sha256(secret.encode()).hexdigest()}" in r.stdout
+    for path in shared_workdir.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), f"the secret was written to {path}"
