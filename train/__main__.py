@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 
 from .ds_config import MONITORS, OFFLOADS, PRECISIONS
@@ -91,5 +92,19 @@ def main(argv=None) -> int:
         return err.exit_code
 
 
+def entry() -> None:
+    """Run, then leave without interpreter teardown.
+
+    Threads owned by torch/DeepSpeed C++ extensions (gloo, shm_comm) can abort the process while
+    Python tears down after the work is done ("terminate called without an active exception",
+    seen on the testbed as a rank killed with SIGABRT after its last step). Checkpoints are saved
+    synchronously and output is flushed here, so skipping the teardown loses nothing.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
