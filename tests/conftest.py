@@ -30,3 +30,31 @@ def hpc_launch_bin() -> str:
     assert path.exists(), f"{path} missing: install the package (pip install -e .)"
     return str(path)
 
+
+
+# ---- a real sshd on 127.0.0.1 and the same test body over both transports ------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from sshd import start_sshd
+
+    handle = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_ssh(server):
+    from hpc_launch.transport import SSHTransport
+
+    t = SSHTransport(server.alias, ssh_config=str(server.ssh_config))
+    yield t
+    t.close()
+
+
+@pytest.fixture(params=["local", "ssh"])
+def transport(request):
+    from hpc_launch.transport import LocalTransport
+
+    return LocalTransport() if request.param == "local" else request.getfixturevalue("shared_ssh")

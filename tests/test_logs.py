@@ -13,31 +13,11 @@ from hpc_launch.errors import SchedulerError
 from hpc_launch.logs import LogTail, follow, format_summary, read_exit_code, summarise_log
 from hpc_launch.metrics_line import format_step_line
 from hpc_launch.states import JobState
-from hpc_launch.transport import LocalTransport, SSHTransport
-
-try:
-    from sshd import start_sshd
-except ImportError:  # tests/ imported as a package
-    from tests.sshd import start_sshd
+from hpc_launch.transport import LocalTransport
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    handle = start_sshd(tmp_path_factory.mktemp("sshd-logs"))
-    yield handle
-    handle.stop()
 
-
-@pytest.fixture(scope="module")
-def ssh(server):
-    t = SSHTransport(server.alias, ssh_config=str(server.ssh_config))
-    yield t
-    t.close()
-
-
-@pytest.fixture(params=["local", "ssh"])
-def transport(request):
-    return LocalTransport() if request.param == "local" else request.getfixturevalue("ssh")
+# `server`, `shared_ssh` and `transport` (local and ssh) come from conftest.py.
 
 
 def test_logtail_handles_absent_file_split_multibyte_and_truncation(transport, tmp_path):

@@ -31,25 +31,7 @@ HOSTILE = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    handle = start_sshd(tmp_path_factory.mktemp("sshd"))
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def shared_ssh(server):
-    t = SSHTransport(server.alias, ssh_config=str(server.ssh_config))
-    yield t
-    t.close()
-
-
-@pytest.fixture(params=["local", "ssh"])
-def transport(request):
-    if request.param == "local":
-        return LocalTransport()
-    return request.getfixturevalue("shared_ssh")
+# `server`, `shared_ssh` and `transport` (local and ssh) come from conftest.py.
 
 
 def fresh(server: SshdHandle, **kw) -> SSHTransport:
