@@ -92,3 +92,31 @@ def init_distributed(info: RankInfo) -> None:
     acc = get_accelerator()
     if acc.device_name() != "cpu":
         acc.set_device(info.local_rank)
+    else:
+        release_shm_workspace(info)
+
+
+def shm_workspace_name(rank: int, env: Mapping[str, str] = os.environ) -> str:
+    """The POSIX shm segment DeepSpeed's CPU all-reduce op (csrc/cpu/comm/shm.cpp) creates per rank."""
+    return f"/deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_{env.get('MASTER_PORT', '')}_{rank}"
+
+
+def release_shm_workspace(info: RankInfo) -> None:
+    """Unlink this rank's ~66 MiB shm all-reduce workspace once every rank has mapped it.
+
+    DeepSpeed creates one segment per rank when all ranks share a node and never unlinks it, so
+    every CPU run used to leave world_size x 66 MiB in /dev/shm (RAM) for good: a test suite of
+    ~100 runs filled a 24 GiB machine. The mappings stay valid after the unlink; the kernel frees
+    the memory when the last rank exits, however it exits.
+    """
+    import _posixshmem  # the module multiprocessing.shared_memory is built on
+
+    import torch.distributed as tdist
+
+    # Every rank's DeepSpeed init returns only after it has opened all its peers' segments,
+    # so once all ranks pass this barrier no one still needs a name.
+    tdist.barrier()
+    try:
+        _posixshmem.shm_unlink(shm_workspace_name(info.rank))
+    except FileNotFoundError:
+        pass  # ranks span nodes (DeepSpeed uses no shm then) or the op is not built

@@ -44,6 +44,7 @@ def child_env() -> dict:
 class Run:
     rc: int
     out: str
+    port: str = ""  # the run's MASTER_PORT, which DeepSpeed's shm segment names carry
     steps: list = field(default_factory=list)  # parsed [hpc-train] lines, in order
     evals: list = field(default_factory=list)  # "[hpc-eval] ..." lines as dicts
 
@@ -52,8 +53,9 @@ class Run:
         return [s["loss"] for s in self.steps]
 
 
-def parse_run(rc: int, out: str) -> Run:
-    run = Run(rc, out)
+def parse_run(rc: int, out: str, cmd=()) -> Run:
+    cmd = list(cmd)
+    run = Run(rc, out, cmd[cmd.index("--master_port") + 1] if "--master_port" in cmd else "")
     for line in out.splitlines():
         if "[hpc-train]" in line:
             run.steps.append(parse_line(line))
@@ -69,14 +71,16 @@ def deepspeed_cmd(args, nprocs=2):
 
 def launch(args, cwd, nprocs=2, timeout=300) -> Run:
     """`deepspeed --num_gpus N --module train ARGS`, as the `local` cluster runs it."""
-    proc = subprocess.run(deepspeed_cmd(args, nprocs), cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+    cmd = deepspeed_cmd(args, nprocs)
+    proc = subprocess.run(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return parse_run(proc.returncode, proc.stdout)
+    return parse_run(proc.returncode, proc.stdout, cmd)
 
 
 def launch_and_kill(args, cwd, kill_after_step: int, timeout=300) -> Run:
     """Start a run and SIGKILL the whole job (launcher and ranks) once it logs `kill_after_step`."""
-    proc = subprocess.Popen(deepspeed_cmd(args), cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+    cmd = deepspeed_cmd(args)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = []
     try:
@@ -91,7 +95,13 @@ def launch_and_kill(args, cwd, kill_after_step: int, timeout=300) -> Run:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return parse_run(rc, "".join(lines))
+    return parse_run(rc, "".join(lines), cmd)
+
+
+def shm_segments(run: Run) -> list:
+    """DeepSpeed CPU all-reduce workspaces still in /dev/shm for this run's port (should be none)."""
+    assert run.port
+    return sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{run.port}_*"))
 
 
 def run_python(args, cwd, timeout=120) -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@ newest complete checkpoint left off (same steps, same data position, same losses
 import pytest
 
 
-from ds_launch import launch, launch_and_kill
+from ds_launch import launch, launch_and_kill, shm_segments
 from train import checkpoint
 
 pytestmark = pytest.mark.train
@@ -26,6 +26,7 @@ def test_sigkill_then_resume_auto_continues_the_same_run(tmp_path):
     assert killed.rc != 0, "the job should have died from SIGKILL"
     last_logged = killed.steps[-1]["step"]
     assert 25 <= last_logged < 100
+    assert shm_segments(killed) == []  # nothing left in RAM by a job killed mid-run
 
     found = checkpoint.find_resume(str(ckpt))
     assert found is not None
