@@ -5,8 +5,8 @@
 
 Starts --jobs real `sleep 600` processes from a path under `.../.hpc-launch/` (so the direct
 dialect's `ps` check recognises them as ours), records them in a throw-away job store
-(HPC_LAUNCH_STATE_DIR in a temp dir), then calls `tracker.refresh()` on the polling schedule a
-`status --watch` or a follower uses (`tracker.BACKOFF`: 1, 2, 4, 8, 16, then every 30 s).
+(HPC_LAUNCH_STATE_DIR in a temp dir), then calls `jobs.refresh()` on the polling schedule a
+`status --watch` or a follower uses (`jobs.BACKOFF`: 1, 2, 4, 8, 16, then every 30 s).
 Halfway through, --finish of the jobs are killed: each should cost one exit-file read, once.
 Every `LocalTransport.run` (a scheduler query) and `read_from` (an exit-file read) is counted.
 
@@ -99,7 +99,7 @@ def stop(procs) -> None:
 
 def queries_per_poll(n: int, workdir: Path, transport_for) -> tuple:
     from hpc_launch.records import JobStore
-    from hpc_launch.tracker import refresh
+    from hpc_launch.jobs import refresh
     from hpc_launch.transport import LocalTransport
 
     procs = start_jobs(n, workdir)
@@ -128,7 +128,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-tracker-"))
     os.environ["HPC_LAUNCH_STATE_DIR"] = str(tmp / "state")
     os.environ["HPC_LAUNCH_CONFIG_DIR"] = str(tmp / "config")
-    from hpc_launch import tracker
+    from hpc_launch import jobs as tracker
     from hpc_launch.records import JobStore
     from hpc_launch.transport import LocalTransport, open_transport
 

@@ -45,6 +45,16 @@ def _split_list(value: Optional[str]) -> Optional[List[str]]:
     return [v for v in (x.strip() for x in value.split(",")) if v]
 
 
+def _split_args(value: Optional[str]) -> Optional[List[str]]:
+    if value is None:
+        return None
+    try:
+        return shlex.split(value)
+    except ValueError as exc:  # "No closing quotation"
+        raise typer.BadParameter(f"{exc} in {value!r}: quote it as one shell word list, e.g. --train-args \"--note 'a b'\"",
+                                 param_hint="--train-args") from None
+
+
 def _expand_hosts(value: Optional[str]) -> Optional[List[str]]:
     if value is None:
         return None
@@ -92,7 +102,7 @@ def submit(
     overrides = dict(
         cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime,
         group=group, name=name, modules=_split_list(modules), env=_parse_env(env), script=script,
-        train_args=shlex.split(train_args) if train_args is not None else None, directives=list(directive),
+        train_args=_split_args(train_args), directives=list(directive),
         hosts=_expand_hosts(hosts), workdir=workdir, venv=venv, login=login, pass_env=list(pass_env),
     )
     if train_args is not None and not overrides["train_args"]:
@@ -259,11 +269,11 @@ def _jobs_table(records) -> None:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
-    for col in ("job id", "cluster", "name", "state", "exit", "submitted", "host", "log"):
+    for col in ("job id", "cluster", "name", "state", "exit", "submitted", "host", "log", "scheduler says"):
         table.add_column(col)
     for r in records:
         when = time.strftime("%m-%d %H:%M:%S", time.localtime(r.submit_time))
-        table.add_row(r.job_id, r.cluster, r.name, r.state, "" if r.exit_code is None else str(r.exit_code), when, r.host, r.log_path)
+        table.add_row(r.job_id, r.cluster, r.name, r.state, "" if r.exit_code is None else str(r.exit_code), when, r.host, r.log_path, r.comment)
     Console(width=200).print(table)
 
 
@@ -274,7 +284,7 @@ def status(
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
     from .records import JobStore
-    from .tracker import refresh
+    from .jobs import refresh
 
     store = JobStore()
     records = [store.get(j, cluster) for j in job_ids] if job_ids else store.list(cluster=cluster, active_only=True)
@@ -291,12 +301,12 @@ def list_jobs(
     """The jobs hpc-launch has submitted, newest first."""
     from .records import JobStore
 
+    from .jobs import refresh, refresh_is_cheap
+
     store = JobStore()
     records = store.list(cluster=cluster, active_only=active, limit=limit)
-    if refresh_:
-        from .tracker import refresh
-
-        records = refresh(store, records, _transport_for)
+    # jobs on this machine with no scheduler cost one local `ps`: always show their real state
+    records = refresh(store, records if refresh_ else [r for r in records if refresh_is_cheap(r)], _transport_for, keep=records)
     _jobs_table(records)
 
 
@@ -305,24 +315,17 @@ def cancel(
     job_id: str = typer.Argument(..., help="job id"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
 ) -> None:
-    """Cancel a job (qdel / scancel / kill of the local job's process group)."""
-    import time
-
-    from . import dialects
-    from .errors import SchedulerError
+    """Cancel a job (qdel / scancel / kill of the local job's process group) and report how it ended."""
+    from .jobs import cancel as cancel_job
     from .records import JobStore
     from .states import JobState
 
     store = JobStore()
     record = store.get(job_id, cluster)
     if JobState(record.state).terminal:
-        raise HpcLaunchError(f"job {job_id} already ended ({record.state})")
-    argv = dialects.with_site_commands(dialects.get(record.dialect).cancel_argv(record.job_id), (record.extra or {}).get("commands", {}))
-    result = _transport_for(record.host).run(argv, timeout=60)
-    if result.rc != 0:
-        raise SchedulerError(f"{argv[0]} failed: {(result.err or result.out).strip()[:200]}")
-    store.update(record.cluster, record.job_id, state=JobState.CANCELLED.value, end_time=time.time())
-    sys.stderr.write(f"cancelled {record.job_id} on {record.cluster}\n")
+        raise HpcLaunchError(f"job {record.job_id} already ended ({record.state}" + (f", exit code {record.exit_code})" if record.exit_code is not None else ")"))
+    result = cancel_job(store, record, _transport_for(record.host))
+    sys.stderr.write(result.message + "\n")
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -349,9 +352,23 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:  # last resort: one line, the traceback only when asked for
+        if os.environ.get("HPC_LAUNCH_DEBUG"):
+            raise
+        _err(f"{_describe(exc)} (HPC_LAUNCH_DEBUG=1 shows the traceback; please report it if the cause is unclear)")
+        sys.exit(1)
     finally:
         _close_connections()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}:{where}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a file is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _close_connections() -> None:

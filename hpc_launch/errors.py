@@ -47,6 +47,16 @@ class HostKeyError(TransportError):
     """The SSH host key is unknown or changed: never auto-accepted."""
 
 
+class TemplateError(HpcLaunchError):
+    """A job template (shipped or the user's override) does not parse or render."""
+
+
+class StoreError(HpcLaunchError):
+    """The job store cannot be opened, read or written."""
+
+    exit_code = 3
+
+
 class JobNotFound(HpcLaunchError):
     """No record of that job id."""
 

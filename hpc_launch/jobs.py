@@ -1,20 +1,28 @@
-"""Job states from the scheduler: ONE query per cluster for all its tracked jobs, then the
-exit-code file for jobs the scheduler has forgotten.
+"""A job's life after submission: its state, its end, its cancel. One policy for all dialects.
 
-A scheduler's answer wins while it knows the job; once the job has left it (finished long
-ago, or a scheduler with no history), the exit-code file the script wrote decides: 0 done,
-143/130 cancelled, anything else failed; no file at all means the job died without running
-its exit trap (killed, node lost): failed, unless we cancelled it ourselves.
+Who decides a job's state, in order:
+1. the scheduler, while it knows the job (ONE query per cluster for all its tracked jobs,
+   with the dialect's own fallbacks: PBS history off, Torque-style qstat, ...);
+2. the exit-code file the job script wrote beside its log, once the scheduler has forgotten
+   the job (or says it ended without saying how);
+3. the scheduler's accounting (qacct, sacct) when the script left no exit-code file;
+4. otherwise the job died without running its exit trap (node lost, SIGKILL): failed, unless
+   a cancel was requested.
+
+A cancel counts only when it was asked for (by us, recorded before the request went out) or the
+scheduler says so: a SIGTERM or SIGKILL nobody asked for (walltime, out-of-memory killer) is a
+failure, not a cancel.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Dict, Iterable, List, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional
 
 from . import dialects
-from .dialects.gridengine import GridEngine
-from .errors import SchedulerError
+from .dialects import StatusInfo
+from .errors import HpcLaunchError
 from .logs import read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
@@ -22,99 +30,199 @@ from .states import JobState
 # Polling schedule of a follower or `status --watch`: quick at first, then gentle on the
 # controller (submitit-style backoff; never one query per job per second).
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+# How long `cancel` waits for the scheduler to confirm the end (PBS kept a qdel'ed job R for 17 s).
+CANCEL_CONFIRM_S = 45.0
+
+# Exit codes the job script's traps write (templates/body/prologue.sh.j2).
+EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL = 143, 130, 137
 
 
-def _from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
-    if code is None:
-        return JobState.CANCELLED if rec.state == JobState.CANCELLED.value else JobState.FAILED
+def cancel_requested(rec: JobRecord) -> bool:
+    return bool((rec.extra or {}).get("cancel_requested_at")) or rec.state == JobState.CANCELLED.value
+
+
+def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
+    """The one exit-code-to-state policy for what the job script reported (or failed to)."""
+    asked = cancel_requested(rec)
     if code == 0:
         return JobState.DONE
-    if code in (143, 130, 137) or rec.state == JobState.CANCELLED.value:
-        return JobState.CANCELLED
+    if code is None or code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL):
+        return JobState.CANCELLED if asked else JobState.FAILED
     return JobState.FAILED
 
 
-def query(transport, records: List[JobRecord]) -> Dict[str, tuple]:
-    """job_id -> (JobState, exit_code, scheduler word) for records all on one cluster/host."""
+def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
+    """A one-line reason for an end that is not self-explaining."""
+    if state == JobState.FAILED and code == EXIT_SIGKILL and not cancel_requested(rec):
+        return "killed by SIGKILL that nobody requested: usually the out-of-memory killer (lower --micro-batch, or use ZeRO offload)"
+    if state == JobState.FAILED and code == EXIT_SIGTERM and not cancel_requested(rec):
+        return "terminated by SIGTERM that hpc-launch did not send (walltime, preemption or an admin)"
+    if state == JobState.FAILED and code is None:
+        return "ended without writing its exit code (node lost or killed with SIGKILL)"
+    return ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: JobState
+    exit_code: Optional[int] = None
+    raw: str = ""  # the scheduler's word, or where the answer came from
+    comment: str = ""
+    never_runs: bool = False
+
+
+def _runner(transport, rec: JobRecord) -> Callable[[List[str]], object]:
+    commands = (rec.extra or {}).get("commands", {})
+    return lambda argv: transport.run(dialects.with_site_commands(argv, commands), timeout=60)
+
+
+def query(transport, records: List[JobRecord]) -> Dict[str, Outcome]:
+    """job_id -> Outcome for records all on one cluster/host."""
     if not records:
         return {}
     dialect = dialects.get(records[0].dialect)
-    commands = records[0].extra.get("commands", {}) if records[0].extra else {}
-    ids = [r.job_id for r in records]
-    argv = dialects.with_site_commands(dialect.status_argv(ids), commands)
-    result = transport.run(argv, timeout=60)
-    if result.rc != 0 and dialect.status_needs_history_fallback and "option" in (result.err + result.out).lower():
-        # Torque-style qstat (Slurm's wrapper) has no -x: ask again without history
-        result = transport.run(dialects.with_site_commands(dialect.status_argv(ids, history=False), commands), timeout=60)
-    known = dialect.parse_status(result.out, ids)
-    # A non-zero exit with unknown-job messages (or none: Torque's qstat says nothing, rc 153)
-    # only means some jobs have left the scheduler. Anything else is a real failure.
-    err = result.err.strip()
-    if result.rc != 0 and not known and err and dialect.name != "none" and not _unknown_job_error(err):
-        raise SchedulerError(f"{argv[0]} failed on {transport.host}: {err.splitlines()[0][:200]}")
-    out: Dict[str, tuple] = {}
-    for rec in records:
-        info = known.get(rec.job_id)
-        if info is not None and info.active:
-            out[rec.job_id] = (info.state, None, info.raw)
-            continue
-        code = read_exit_code(transport, rec.exit_path)
-        if info is not None and info.ended and info.exit_code is None:
-            out[rec.job_id] = (_from_exit_code(code, rec), code, info.raw)
-            continue
-        if info is not None:
-            state = info.state
-            if rec.state == JobState.CANCELLED.value and state == JobState.FAILED:
+    run = _runner(transport, records[0])
+    known = dialect.query_jobs(run, {r.job_id: r.script_name for r in records})
+    return {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
+
+
+def _decide(dialect, run, transport, rec: JobRecord, info: Optional[StatusInfo]) -> Outcome:
+    if info is not None and info.active:
+        if info.state == JobState.UNKNOWN:
+            # a word we do not know never ends (or restarts) a job: keep what we had
+            return Outcome(JobState(rec.state), None, info.raw, info.comment or rec.comment, info.never_runs)
+        return Outcome(info.state, None, info.raw, info.comment, info.never_runs)
+    code = read_exit_code(transport, rec.exit_path, rec.script_name)
+    if info is not None and not info.ended:
+        # the scheduler says how it ended (state and maybe its own exit status)
+        state = info.state
+        if state == JobState.FAILED and cancel_requested(rec) and code in (None, EXIT_SIGTERM, EXIT_SIGKILL):
+            state = JobState.CANCELLED
+        return Outcome(state, code if code is not None else info.exit_code, info.raw, info.comment)
+    if code is None and info is None:
+        acct = dialect.accounting(run, rec.job_id)
+        if acct is not None and not acct.active:
+            state = acct.state
+            if state == JobState.FAILED and cancel_requested(rec):
                 state = JobState.CANCELLED
-            out[rec.job_id] = (state, code if code is not None else info.exit_code, info.raw)
-            continue
-        if isinstance(dialect, GridEngine) and code is None:
-            acct = transport.run(dialects.with_site_commands(dialect.accounting_argv(rec.job_id), commands), timeout=60)
-            if acct.rc == 0:
-                info = dialect.parse_accounting(acct.out)
-                state = JobState.CANCELLED if rec.state == JobState.CANCELLED.value else info.state
-                out[rec.job_id] = (state, info.exit_code, "qacct")
-                continue
-        out[rec.job_id] = (_from_exit_code(code, rec), code, "gone")
-    return out
+            return Outcome(state, acct.exit_code, acct.raw or "accounting", acct.comment)
+    raw = info.raw if info is not None else "gone"
+    comment = info.comment if info is not None else ""
+    state = state_from_exit_code(code, rec)
+    return Outcome(state, code, raw, comment or exit_hint(state, code, rec))
 
 
-def _unknown_job_error(err: str) -> bool:
-    low = err.lower()
-    return any(s in low for s in ("invalid job id", "unknown job", "do not exist", "does not exist", "job has finished"))
+def _store_outcome(store: JobStore, rec: JobRecord, got: Outcome) -> None:
+    fields: dict = {"state": got.state.value}
+    if got.exit_code is not None:
+        fields["exit_code"] = got.exit_code
+    if got.comment != rec.comment:
+        fields["comment"] = got.comment
+    if got.state.terminal and rec.end_time is None:
+        fields["end_time"] = time.time()
+    store.update(rec.cluster, rec.job_id, **fields)
 
 
-def refresh(store: JobStore, records: Iterable[JobRecord], transport_for) -> List[JobRecord]:
-    """Update the store for every active record: one scheduler query per (cluster, host)."""
+def refresh_is_cheap(rec: JobRecord) -> bool:
+    """A job on this machine with no scheduler: one local `ps` tells its state."""
+    return rec.host == "localhost" and not dialects.get(rec.dialect).has_scheduler and not JobState(rec.state).terminal
+
+
+def refresh(store: JobStore, records: Iterable[JobRecord], transport_for, keep: Optional[List[JobRecord]] = None) -> List[JobRecord]:
+    """Update the store for every active record: one scheduler query per (cluster, host).
+    Returns `keep` (default: `records`) as stored afterwards."""
+    records = list(records)
     groups: Dict[tuple, List[JobRecord]] = {}
     for rec in records:
         if not JobState(rec.state).terminal:
             groups.setdefault((rec.cluster, rec.host), []).append(rec)
-    for (cluster, host), recs in groups.items():
+    for (_cluster, host), recs in groups.items():
         transport = transport_for(host)
-        for job_id, (state, code, _raw) in query(transport, recs).items():
-            fields = {"state": state.value}
-            if code is not None:
-                fields["exit_code"] = code
-            if state.terminal:
-                fields["end_time"] = time.time()
-            store.update(cluster, job_id, **fields)
-    return [store.get(r.job_id, r.cluster) for r in records]
+        answers = query(transport, recs)
+        for rec in recs:
+            _store_outcome(store, rec, answers[rec.job_id])
+    return [store.get(r.job_id, r.cluster) for r in (records if keep is None else keep)]
 
 
-def state_poller(transport, record: JobRecord, store: Optional[JobStore] = None):
-    """A `state()` callable for logs.follow that also keeps the record up to date."""
+class NeverRuns(HpcLaunchError):
+    """The scheduler says the job can never start: following it would wait forever."""
+
+    exit_code = 1
+
+
+def state_poller(transport, record: JobRecord, store: Optional[JobStore] = None,
+                 on_comment: Optional[Callable[[str], None]] = None):
+    """A `state()` callable for logs.follow that keeps the record up to date and reports the
+    scheduler's comment when it changes."""
+    seen = {"comment": record.comment}
 
     def state() -> JobState:
         current = store.get(record.job_id, record.cluster) if store else record
         got = query(transport, [current])[record.job_id]
         if store is not None:
-            fields = {"state": got[0].value}
-            if got[1] is not None:
-                fields["exit_code"] = got[1]
-            if got[0].terminal:
-                fields["end_time"] = time.time()
-            store.update(record.cluster, record.job_id, **fields)
-        return got[0]
+            _store_outcome(store, current, got)
+        if got.comment and got.comment != seen["comment"] and on_comment is not None:
+            on_comment(got.comment)
+        seen["comment"] = got.comment
+        if got.never_runs:
+            raise NeverRuns(f"job {record.job_id} will never run: {got.comment}",
+                            hint=f"cancel it with `hpc-launch cancel {record.job_id}` and resubmit with fewer nodes or another queue")
+        return got.state
 
     return state
+
+
+# ---------------------------------------------------------------------------------------------
+# cancel
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    state: JobState
+    exit_code: Optional[int]
+    message: str  # one line for the user
+
+
+def cancel(store: JobStore, record: JobRecord, transport, *, confirm_s: float = CANCEL_CONFIRM_S,
+           sleep: Callable[[float], None] = time.sleep) -> CancelResult:
+    """Ask the scheduler to end the job, then record the end the scheduler reports.
+
+    A job that had already ended is reported as it ended, never relabelled as cancelled.
+    """
+    dialect = dialects.get(record.dialect)
+    run = _runner(transport, record)
+    before = query(transport, [record])[record.job_id]
+    if before.state.terminal:
+        _store_outcome(store, record, before)
+        return CancelResult(before.state, before.exit_code, _ended_line(record.job_id, before, "had already ended"))
+    extra = dict(record.extra or {})
+    extra["cancel_requested_at"] = time.time()
+    store.update(record.cluster, record.job_id, extra=extra)  # recorded before the request goes out
+    result = run(dialect.cancel_argv(record.job_id))
+    outcome = dialect.parse_cancel(result.rc, result.out, result.err)
+    if not outcome.sent and not outcome.already_ended:
+        extra.pop("cancel_requested_at", None)
+        store.update(record.cluster, record.job_id, extra=extra)
+        from .errors import SchedulerError
+
+        raise SchedulerError(f"could not cancel {record.job_id}: {outcome.message}")
+    deadline = time.monotonic() + confirm_s
+    delay = 0.5
+    while True:
+        current = store.get(record.job_id, record.cluster)
+        got = query(transport, [current])[record.job_id]
+        _store_outcome(store, current, got)
+        if got.state.terminal:
+            if outcome.already_ended and got.state != JobState.CANCELLED:
+                return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "had already ended"))
+            return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "ended"))
+        if time.monotonic() >= deadline:
+            return CancelResult(got.state, None, f"cancel of {record.job_id} requested; the scheduler still reports it {got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends")
+        sleep(delay)
+        delay = min(delay * 2, 4.0)
+
+
+def _ended_line(job_id: str, got: Outcome, verb: str) -> str:
+    code = f" with exit code {got.exit_code}" if got.exit_code is not None else ""
+    why = f" ({got.comment})" if got.comment else ""
+    return f"job {job_id} {verb}: {got.state.value}{code}{why}"

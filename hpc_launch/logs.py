@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import re
 import threading
 import time
 from typing import Callable, Dict, Optional
@@ -27,20 +28,57 @@ MAX_STATE_FAILURES = 5     # consecutive failed state queries tolerated (one bad
 _CHUNK = 1 << 20
 
 
-class LogTail:
-    """Reads only what was appended to a file since the last call."""
+# The job script's first line names its script (templates/body/prologue.sh.j2): a log that
+# holds another script's line belongs to an earlier job with the same number.
+JOB_LINE = re.compile(rb"^\[hpc-launch\] job .* script (\S+)$", re.M)
 
-    def __init__(self, transport: Transport, path: str):
+
+class LogTail:
+    """Reads only what was appended to a file since the last call.
+
+    With `script` (the job script's file name), lines of an earlier job that wrote to the same
+    path (a job number reused in the same work dir, or a live log appended to) are skipped:
+    reading starts at this job's own first line, and a file holding only another job's lines
+    counts as not there yet.
+    """
+
+    def __init__(self, transport: Transport, path: str, script: Optional[str] = None):
         self.transport = transport
         self.path = path
         self.offset = 0
         self.exists = False
+        self.script = script
+        self._confirmed = script is None
+        self._stale_size: Optional[int] = None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def _find_start(self, size: int) -> Optional[int]:
+        """Where this job's lines start, or None while the file holds only an earlier job's."""
+        if size == self._stale_size:
+            return None
+        head = self.transport.read_from(self.path, 0, min(size, _CHUNK))
+        start, stale = 0, False
+        for m in JOB_LINE.finditer(head):
+            if m.group(1).decode("utf-8", "replace") == self.script:
+                return m.start() if stale else start
+            stale = True
+        if stale:
+            self._stale_size = size
+            return None
+        return 0
 
     def read_new(self) -> str:
         size = self.transport.size(self.path)
         if size is None:
             return ""
+        if not self._confirmed:
+            try:
+                start = self._find_start(size)
+            except FileNotFoundError:
+                return ""
+            if start is None:
+                return ""
+            self._confirmed, self.offset = True, start
         self.exists = True
         if size < self.offset:  # truncated or replaced: start over
             log.debug("%s shrank from %d to %d bytes; reading from the start", self.path, self.offset, size)
@@ -62,14 +100,14 @@ class LogTail:
 
 def follow(transport: Transport, path: str, *, state: Callable[[], JobState], write: Callable[[str], None],
            on_wait: Optional[Callable[[float], None]] = None, poll_interval: float = 0.2,
-           stop: Optional[threading.Event] = None) -> JobState:
+           stop: Optional[threading.Event] = None, script: Optional[str] = None) -> JobState:
     """Stream the log to `write` until the job ends and the log is drained; return the final state.
 
     `on_wait(seconds)` is called on every poll while the log does not exist yet (job queued).
     If `stop` is set, returns the last state seen (UNKNOWN if none).
     """
     stop = stop or threading.Event()
-    tail = LogTail(transport, path)
+    tail = LogTail(transport, path, script)
     started = time.monotonic()
     last_state = JobState.UNKNOWN
     interval = STATE_INTERVAL_MIN
@@ -144,16 +182,20 @@ def format_summary(d: Dict[str, float]) -> str:
     return " | ".join(parts)
 
 
-def read_exit_code(transport: Transport, exit_path: str) -> Optional[int]:
-    """The exit code the job script wrote beside its log; None if absent, empty or garbage."""
+def read_exit_code(transport: Transport, exit_path: str, script: Optional[str] = None) -> Optional[int]:
+    """The exit code the job script wrote beside its log (`CODE SCRIPT`); None if absent, empty,
+    garbage, or written by another script (an earlier job with the same number)."""
     try:
-        data = transport.read_from(exit_path, 0, 256)
+        data = transport.read_from(exit_path, 0, 512)
     except FileNotFoundError:
         return None
     lines = data.decode("utf-8", errors="replace").strip().splitlines()
     if not lines:
         return None
+    words = lines[-1].split()
+    if script is not None and len(words) > 1 and words[1] != script:
+        return None
     try:
-        return int(lines[-1].strip())
-    except ValueError:
+        return int(words[0])
+    except (ValueError, IndexError):
         return None

@@ -20,7 +20,9 @@ import msgspec
 import yaml
 from msgspec import Meta, Struct
 
+from .dialects import names as dialect_names
 from .errors import ProfileError
+from .launchers import names as launcher_names
 from .paths import clusters_dirs
 from .walltime import parse_walltime
 
@@ -29,17 +31,9 @@ try:
 except ImportError:  # Python 3.8
     from typing_extensions import Annotated
 
-Dialect = Literal["pbspro", "gridengine", "cobalt", "slurm", "none"]
-Launcher = Literal[
-    "deepspeed",  # deepspeed launcher on one node (local, single-node jobs)
-    "deepspeed-pdsh",  # deepspeed launcher fanning out over ssh/pdsh (pods, sites with node ssh)
-    "deepspeed-openmpi",  # deepspeed launcher driving mpirun (the ABCI 2.0 tutorial)
-    "mpirun",  # Open MPI mpirun, one rank per GPU, ranks mapped from OMPI_COMM_WORLD_*
-    "mpiexec",  # MPICH/PALS mpiexec (Polaris), ranks from PMI_RANK / PALS_LOCAL_RANKID
-    "mpirun-torchrun",  # mpirun one task per node, torchrun inside (Miyabi)
-    "srun",  # Slurm srun, one task per GPU, ranks from SLURM_PROCID
-    "srun-torchrun",  # srun one task per node, torchrun with a static rendezvous
-]
+# Allowed names come from the registries: a new scheduler or launcher is one registry line.
+Dialect = Literal[tuple(dialect_names())]  # type: ignore[valid-type]
+Launcher = Literal[tuple(launcher_names())]  # type: ignore[valid-type]
 Status = Literal["active", "retired", "testbed"]
 LogLive = Literal["scheduler", "tee"]
 GroupWhere = Literal["directive", "submit"]
@@ -48,8 +42,13 @@ MasterAddr = Literal["first-host", "net-if", "slurm-nodeaddr"]
 KNOWN_PLACEHOLDERS = {
     "nodes", "queue", "walltime", "walltime_minutes", "group", "name",
     "gpus_per_node", "procs_per_node", "world_size", "workdir",
+    "cpus_per_proc", "threads_per_proc",
 }
+# Placeholders computed from the node's CPU count: a profile using them must give node.cpus.
+CPU_PLACEHOLDERS = {"cpus_per_proc", "threads_per_proc"}
 _PLACEHOLDER = re.compile(r"{(\w+)}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")  # one rank's CPUs: 24-31 or 0,32
 
 NonNeg = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]
@@ -69,22 +68,47 @@ class Node(_Strict):
     gpus: NonNeg  # GPUs per node (on CPU-only profiles: ranks per node)
     gpu_model: Optional[str] = None
     gpu_mem_gib: Optional[float] = None
-    cpus: Optional[Positive] = None
+    cpus: Optional[Positive] = None  # logical CPUs as the scheduler counts them
+    threads_per_core: Positive = 1  # hardware threads per physical core (ABCI 3.0: 192 CPUs = 96 cores x 2)
     mem_gib: Optional[float] = None
     arch: str = "x86_64"
+
+
+class Tier(_Strict):
+    """A node-count band of a routing queue with its own walltime ceiling (Polaris `prod`)."""
+
+    min_nodes: Positive
+    max_nodes: Positive
+    max_walltime: str
+    routes_to: Optional[str] = None  # the execution queue the scheduler picks (shown in messages)
+
+    def __post_init__(self):
+        _check_walltime(self.max_walltime)
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"tier {self.min_nodes}-{self.max_nodes}: min_nodes is above max_nodes")
 
 
 class Queue(_Strict):
     max_nodes: Optional[Positive] = None
     min_nodes: Positive = 1
     max_walltime: Optional[str] = None
+    min_walltime: Optional[str] = None
     default_walltime: Optional[str] = None
+    # Node-count bands, each with its own max_walltime; a job must fall in one of them.
+    tiers: List[Tier] = []
     gpus: Optional[NonNeg] = None  # GPUs per node when this queue differs from the node
+    cpus: Optional[Positive] = None  # CPUs a job gets per node when this queue differs from the node
+    by_request: bool = False  # usable only after the site grants it: never suggested as a fix
     note: Optional[str] = None
 
     def __post_init__(self):
         _check_walltime(self.max_walltime)
+        _check_walltime(self.min_walltime)
         _check_walltime(self.default_walltime)
+        tiers = sorted(self.tiers, key=lambda t: t.min_nodes)
+        for a, b in zip(tiers, tiers[1:]):
+            if b.min_nodes <= a.max_nodes:
+                raise ValueError(f"tiers {a.min_nodes}-{a.max_nodes} and {b.min_nodes}-{b.max_nodes} overlap")
 
 
 class Group(_Strict):
@@ -108,6 +132,9 @@ class PythonEnv(_Strict):
     conda: Optional[str] = None
     conda_setup: Optional[str] = None  # a shell line that makes `conda activate` work
     python: str = "python3"
+    # The site's python3 has no torch: a job needs a venv or conda env (see spec.resolve).
+    env_required: bool = False
+    modules: List[str] = []  # loaded before the venv is activated (the interpreter it was made with)
 
 
 class LogSpec(_Strict):
@@ -131,6 +158,21 @@ class Launch(_Strict):
     args: List[str] = []  # extra launcher arguments (e.g. mpirun --mca ...)
     ssh_port: Optional[Port] = None
     pdsh_ssh_args: Optional[str] = None
+    # Variables the site's modules set that break the launcher: `unset NAME` before it runs
+    # (Miyabi: nv-hpcx's OMPI_MCA_mca_base_env_list makes Open MPI 4 refuse `mpirun -x`).
+    unset_env: List[str] = []
+    # CPUs for each local rank, rank i gets entry i (the cores nearest GPU i); mpiexec only.
+    cpu_bind: List[str] = []
+
+    def __post_init__(self):
+        for name in self.unset_env:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"unset_env: {name!r} is not a variable name")
+        for cpus in self.cpu_bind:
+            if not _CPU_LIST.match(cpus):
+                raise ValueError(f"cpu_bind: {cpus!r} is not a CPU list such as 24-31 or 0,32")
+        if self.cpu_bind and self.launcher != "mpiexec":
+            raise ValueError(f"cpu_bind is rendered by the mpiexec launcher only, not {self.launcher}")
 
 
 class Profile(_Strict):
@@ -153,12 +195,16 @@ class Profile(_Strict):
     modules: Modules = msgspec.field(default_factory=Modules)
     python: PythonEnv = msgspec.field(default_factory=PythonEnv)
     env: Dict[str, str] = {}
+    # Directories put in front of path-like variables: {LD_LIBRARY_PATH: [dir, ...]}
+    paths: Dict[str, List[str]] = {}
     net_if: Optional[str] = None
     nodefile_var: Optional[str] = None
     hosts: List[str] = []  # fixed node list (pods, local)
     log: LogSpec = msgspec.field(default_factory=LogSpec)
     rendezvous: Rendezvous = msgspec.field(default_factory=Rendezvous)
     train_args: List[str] = []  # default arguments for the training entrypoint
+    # `#!/bin/bash -l`: the job starts as a login shell (ALCF asks for it: `module` is defined there)
+    login_shell: bool = False
     facts: Dict[str, str] = {}  # evidence: key -> "V|U|I: source"
 
     def __post_init__(self):
@@ -167,6 +213,15 @@ class Profile(_Strict):
             raise ValueError(f"default_queue {self.default_queue!r} is not one of the queues ({', '.join(sorted(self.queues))})")
         for line in list(self.directives) + [self.group.flag]:
             _check_placeholders(line)
+            used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
+            if used and not self.node.cpus:
+                raise ValueError(f"{{{sorted(used)[0]}}} in {line!r} needs node.cpus (the CPUs of a node)")
+        for name, dirs in self.paths.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"paths: {name!r} is not a variable name")
+            for d in dirs:
+                if not d or ":" in d or re.search(r"[\x00-\x1f\x7f]", d):
+                    raise ValueError(f"paths.{name}: {d!r} must be one directory (no ':' or control characters)")
 
     def to_dict(self) -> Dict[str, Any]:
         return msgspec.to_builtins(self)

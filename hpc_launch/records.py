@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterator, List, Optional, Union
 
-from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound
+from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound, StoreError
 from hpc_launch.states import TERMINAL
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _BUSY_TIMEOUT_S = 30.0
 _JSON_FIELDS = ("submit_argv", "extra")
 _KEY_FIELDS = ("cluster", "job_id")
@@ -45,6 +45,12 @@ class JobRecord:
     submit_argv: List[str] = field(default_factory=list)
     profile_path: Optional[str] = None
     extra: dict = field(default_factory=dict)
+    comment: str = ""              # the scheduler's latest word on the job (why it waits, how it ended)
+
+    @property
+    def script_name(self) -> str:
+        """The job script's file name: unique per submission (it carries a time stamp)."""
+        return os.path.basename(self.script_path)
 
 
 _COLUMNS = [f.name for f in fields(JobRecord)]
@@ -63,6 +69,7 @@ _MIGRATIONS = [
     CREATE INDEX jobs_by_time ON jobs (submit_time DESC);
     CREATE INDEX jobs_by_id ON jobs (job_id);
     """,
+    "ALTER TABLE jobs ADD COLUMN comment TEXT NOT NULL DEFAULT ''",
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -79,6 +86,28 @@ def default_path() -> Path:
 class JobStore:
     def __init__(self, path: Union[str, Path, None] = None):
         self.path = Path(path) if path is not None else default_path()
+        with self._guard("open"):
+            self._open()
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """sqlite's and the file system's errors as one line that names the file and the fix."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreError(f"the job store {self.path} stayed locked by another process for {_BUSY_TIMEOUT_S:g} s ({doing})",
+                                 hint="wait for the other hpc-launch to finish, then retry") from None
+            raise StoreError(f"cannot {doing} the job store {self.path}: {exc}",
+                             hint="check the disk is not full or read-only, or set HPC_LAUNCH_STATE_DIR to a writable directory") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"the job store {self.path} is damaged ({exc})",
+                             hint=f"move it aside (mv {self.path} {self.path}.broken) and run `hpc-launch adopt` for jobs you still need") from None
+        except OSError as exc:
+            raise StoreError(f"cannot {doing} the job store {self.path}: {exc.strerror}",
+                             hint="check its directory is writable, or set HPC_LAUNCH_STATE_DIR to a writable directory") from None
+
+    def _open(self) -> None:
         if not self.path.parent.exists():
             # Records name paths and command lines: keep them private to the user.
             self.path.parent.mkdir(parents=True, mode=0o700)
@@ -97,7 +126,7 @@ class JobStore:
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A short write transaction; BEGIN IMMEDIATE takes the write lock up front, so two writers
         queue on busy_timeout instead of failing with "database is locked" on lock upgrade."""
-        with self._lock:
+        with self._guard("write"), self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -140,7 +169,7 @@ class JobStore:
         """The job with that id; "1234" also finds "1234.pbs-server" if unambiguous."""
         job_id = job_id.strip()
         where, args = ("AND cluster = ?", [cluster]) if cluster else ("", [])
-        with self._lock:
+        with self._guard("read"), self._lock:
             rows = self._db.execute(f"{_SELECT} WHERE job_id = ? {where}", [job_id, *args]).fetchall()
             if not rows:
                 pattern = job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"
@@ -174,7 +203,7 @@ class JobStore:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        with self._lock:
+        with self._guard("read"), self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [_from_row(r) for r in rows]
 

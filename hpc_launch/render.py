@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional
 
 from . import __version__
-from . import dialects
-from .errors import SpecError
+from . import dialects, launchers
+from .errors import SpecError, TemplateError
 from .spec import ResolvedJob
 
 SCRIPT_DIR = ".hpc-launch"  # scripts live in WORKDIR/.hpc-launch/ (the direct dialect relies on it)
@@ -150,11 +150,29 @@ def submit_flags(job: ResolvedJob) -> List[str]:
         flags += shlex.split(fill(p.group.flag, job.placeholders()))
     if job.pass_env and p.dialect in ("pbspro", "gridengine"):
         flags += ["-v", ",".join(job.pass_env)]  # names only: qsub copies the values from its environment
-    if p.dialect == "pbspro":
-        # Torque-style qsub front-ends (Slurm's wrapper) override the script's -N/-j with their
-        # own defaults unless they are on the command line; real PBS Pro accepts both.
-        flags += ["-N", job.name, "-j", "oe"]
-    return flags
+    return flags + dialects.get(p.dialect).submit_flags(job.name)
+
+
+def _render_template(name: str, context: dict) -> str:
+    """A broken template (most often a user's override) is one line naming the file and line."""
+    import jinja2
+
+    try:
+        return _environment().get_template(name).render(**context)
+    except jinja2.TemplateSyntaxError as exc:
+        where = f"{exc.filename or exc.name}, line {exc.lineno}"
+        raise TemplateError(f"template {where}: {exc.message}", hint=_template_hint(exc.filename)) from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template {name} could not be rendered: {exc}", hint=_template_hint(None)) from None
+
+
+def _template_hint(filename: Optional[str]) -> str:
+    from .paths import user_config_dir
+
+    user = user_config_dir() / "templates"
+    if filename is None or str(filename).startswith(str(user)):
+        return f"fix or remove your override in {user}"
+    return "this is a bug in hpc-launch's shipped templates: please report it"
 
 
 def script_name(job: ResolvedJob, stamp: str) -> str:
@@ -172,21 +190,19 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
     dialect = dialects.get(p.dialect)
     name = script_name(job, stamp)
     script_path = f"{job.workdir.rstrip('/')}/{SCRIPT_DIR}/{name}"
-    if p.dialect == "none":
-        log_prefix = f"{job.workdir.rstrip('/')}/{job.name}.o"
-        argv = dialect.submit_argv(script_path, log_prefix=log_prefix)
-    else:
-        argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=submit_flags(job)), p.commands)
+    log_prefix = f"{job.workdir.rstrip('/')}/{job.name}.o"  # where a dialect with no scheduler logs
+    argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=submit_flags(job), log_prefix=log_prefix), p.commands)
+    launcher = launchers.get(p.launch.launcher)
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
-    deepspeed_family = p.launch.launcher.startswith("deepspeed")
     ds_env_keys = sorted(job.env)
     context = dict(
         version=__version__,
         job=job,
+        script_name=name,
         profile=p,
         dialect=dialect,
-        directives=[Sh(line) for line in directive_lines(job)] if p.dialect != "none" else [],
+        directives=[Sh(line) for line in directive_lines(job)] if dialect.has_scheduler else [],
         prefix=Sh(dialect.directive_prefix),
         submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
         workdir=path_expr(job.workdir),
@@ -197,10 +213,10 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         modules_init=Sh(p.modules.init) if p.modules.init else None,
         conda_setup=Sh(p.python.conda_setup) if p.python.conda_setup else None,
         nodelist_shell=Sh(dialect.nodelist_shell),
-        launcher=p.launch.launcher,
+        launcher=launcher,
         launcher_args=qjoin(p.launch.args),
         launcher_args_str=" ".join(shlex.quote(a) for a in p.launch.args),
-        entry=launch_entry(job, deepspeed_launcher=deepspeed_family),
+        entry=launch_entry(job, deepspeed_launcher=launcher.deepspeed_cli),
         python=q(p.python.python) if not job.venv else Sh("python"),
         train_args=qjoin(job.train_args),
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
@@ -209,5 +225,5 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         hosts=job.hosts,
         net_if=p.net_if,
     )
-    text = _environment().get_template(f"{p.dialect}.sh.j2").render(**context)
+    text = _render_template(dialect.template, context)
     return JobScript(text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp)

@@ -11,8 +11,16 @@ import re
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
+import msgspec
+
+try:
+    from typing import Annotated
+except ImportError:  # Python 3.8
+    from typing_extensions import Annotated
+
+from . import dialects, launchers, site_rules
 from .errors import SpecError
 from .profiles import Profile
 from .walltime import hms, minutes, parse_walltime
@@ -20,7 +28,8 @@ from .walltime import hms, minutes, parse_walltime
 PROJECT_CONFIG_NAMES = ("hpc-launch.yaml", ".hpc-launch.yaml")
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
-_TOKEN = re.compile(r"^[A-Za-z0-9_.@%+-][A-Za-z0-9_.@%+:/=-]*$")  # queue, group, module names, hosts
+# queue, group, module names, hosts; never a leading '-' (it would read as an option: `-P -x`)
+_TOKEN = re.compile(r"^[A-Za-z0-9_.@%+][A-Za-z0-9_.@%+:/=-]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Names whose values must not be written into a job script (it is copied, kept, often world-readable).
@@ -65,29 +74,72 @@ def find_project_config(start: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
+class ProjectConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """hpc-launch.yaml: the same keys as the submit options, typed (a typo is an error, not a default)."""
+
+    cluster: Optional[str] = None
+    nodes: Optional[Annotated[int, msgspec.Meta(ge=1)]] = None
+    gpus_per_node: Optional[Annotated[int, msgspec.Meta(ge=0)]] = None
+    queue: Optional[str] = None
+    walltime: Optional[Union[str, int]] = None
+    group: Optional[str] = None
+    name: Optional[str] = None
+    modules: Optional[Union[List[str], str]] = None
+    env: Dict[str, Union[str, int, float, bool]] = {}
+    script: Optional[str] = None
+    train_args: Optional[Union[List[Union[str, int, float]], str]] = None
+    directives: Union[List[str], str] = []
+    workdir: Optional[str] = None
+    venv: Optional[str] = None
+    conda: Optional[str] = None
+    hosts: Optional[Union[List[str], str]] = None
+    login: Optional[str] = None
+    pass_env: List[str] = []
+
+
+_ALIASES = {"project": "group", "gpus": "gpus_per_node", "train-args": "train_args", "gpus-per-node": "gpus_per_node", "pass-env": "pass_env"}
+
+
 def load_project_config(path: Path) -> Dict[str, Any]:
     import yaml
 
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"{path}: cannot read the project config ({getattr(exc, 'problem', None) or exc})") from None
+        raise SpecError(f"{path}: cannot read the project config ({getattr(exc, 'problem', None) or getattr(exc, 'strerror', None) or exc})") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: the project config must be a YAML mapping (keys: {', '.join(JobSpec.keys())})")
-    aliases = {"project": "group", "gpus": "gpus_per_node", "train-args": "train_args", "gpus-per-node": "gpus_per_node"}
+    data = {_ALIASES.get(str(k), str(k)): v for k, v in data.items()}
+    try:
+        cfg = msgspec.convert(data, ProjectConfig)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        unknown = re.match(r"Object contains unknown field `(\w+)`", text)
+        if unknown:
+            raise SpecError(f"{path}: unknown key {unknown.group(1)!r}", hint=f"known keys: {', '.join(JobSpec.keys())}") from None
+        m = re.search(r" - at `\$\.?([^`]*)`$", text)
+        where = f"key `{m.group(1)}`: " if m else ""
+        raise SpecError(f"{path}: {where}{text[: m.start()] if m else text}", hint="see docs/commands.md for the keys and their types") from None
     out: Dict[str, Any] = {}
-    for key, value in data.items():
-        key = aliases.get(key, key)
-        if key not in JobSpec.keys():
-            raise SpecError(f"{path}: unknown key {key!r}", hint=f"known keys: {', '.join(JobSpec.keys())}")
+    for key in data:
+        value = getattr(cfg, key)
         if key == "train_args" and isinstance(value, str):
             import shlex
 
-            value = shlex.split(value)
-        if key == "env" and isinstance(value, dict):
-            value = {str(k): str(v) for k, v in value.items()}
-        if key in ("modules", "hosts", "directives", "train_args") and isinstance(value, str):
+            try:
+                value = shlex.split(value)
+            except ValueError as exc:
+                raise SpecError(f"{path}: key `train_args`: {exc}", hint="quote it as one shell word list") from None
+        elif key == "train_args" and value is not None:
+            value = [str(v) for v in value]
+        elif key == "env":
+            value = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        elif key in ("modules", "hosts", "directives") and isinstance(value, str):
             value = [value]
+        elif key == "walltime" and value is not None:
+            value = str(value)
         out[key] = value
     return out
 
@@ -151,7 +203,21 @@ class ResolvedJob:
             "walltime_minutes": minutes(self.walltime_s), "group": self.group or "", "name": self.name,
             "gpus_per_node": self.gpus_per_node, "procs_per_node": self.procs_per_node,
             "world_size": self.world_size, "workdir": self.workdir,
+            "cpus_per_proc": self.cpus_per_proc or "", "threads_per_proc": self.threads_per_proc or "",
         }
+
+    @property
+    def cpus_per_proc(self) -> Optional[int]:
+        """The node's CPUs (or the queue's share of it) divided between its ranks."""
+        q = self.profile.queues.get(self.queue or "")
+        cpus = q.cpus if q and q.cpus else self.profile.node.cpus
+        return max(1, cpus // self.procs_per_node) if cpus else None
+
+    @property
+    def threads_per_proc(self) -> Optional[int]:
+        """Physical cores per rank: the OpenMP threads each rank should run (PBS `ompthreads`)."""
+        cpus = self.cpus_per_proc
+        return max(1, cpus // self.profile.node.threads_per_core) if cpus else None
 
 
 def _check_token(value: str, what: str, fix: str) -> str:
@@ -163,12 +229,14 @@ def _check_token(value: str, what: str, fix: str) -> str:
 def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> ResolvedJob:
     p = profile
     where = f"on {p.name}"
+    dialect = dialects.get(p.dialect)
+    launcher = launchers.get(p.launch.launcher)
 
     if not _NAME.match(spec.name or ""):
         raise SpecError(f"job name {spec.name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-' (at most 63)")
 
     if spec.nodes is None:
-        spec.nodes = len(spec.hosts) if (profile.dialect == "none" and spec.hosts) else 1
+        spec.nodes = len(spec.hosts) if (not dialect.has_scheduler and spec.hosts) else 1
     if not isinstance(spec.nodes, int) or spec.nodes < 1:
         raise SpecError(f"--nodes must be a whole number of at least 1, not {spec.nodes!r}")
 
@@ -223,7 +291,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
             raise SpecError(f"environment variable name {key!r} is not valid", hint="use --env NAME=VALUE with NAME made of letters, digits and _")
         if "\x00" in str(value):
             raise SpecError(f"the value of {key} contains a NUL byte")
-        if p.launch.launcher in ("deepspeed-pdsh", "deepspeed-openmpi") and _CONTROL.search(str(value)):
+        if launcher.env_file and _CONTROL.search(str(value)):
             # .deepspeed_env is line-based: one KEY=VALUE per line, nothing else
             raise SpecError(f"the value of {key} contains a newline or control character, which DeepSpeed's .deepspeed_env cannot carry")
 
@@ -247,16 +315,18 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     hosts = list(spec.hosts if spec.hosts is not None else p.hosts)
     for host in hosts:
         _check_token(host, "host", "hosts are names or IP addresses")
-    if p.dialect == "none":
+    if not dialect.has_scheduler:
         if not hosts:
             raise SpecError(f"{p.name} has no node list", hint="pass --hosts pod1,pod2 (names or IPs reachable over ssh) or set `hosts:` in your profile")
-        if p.launch.launcher == "deepspeed" and spec.nodes > 1:
+        if launcher.single_node and spec.nodes > 1:
             raise SpecError(f"{p.name} runs on this machine only", hint="use --nodes 1, or the `pods` cluster for several machines")
         if spec.nodes > len(hosts):
             raise SpecError(f"--nodes {spec.nodes} but {p.name} knows only {len(hosts)} host(s): {', '.join(hosts)}", hint=f"pass --hosts with {spec.nodes} hosts or use --nodes {len(hosts)}")
         hosts = hosts[: spec.nodes]
 
-    train_args = list(p.train_args if spec.train_args is None else spec.train_args)
+    # The profile's train_args belong to `python -m train`: a --script of the user's gets none.
+    default_args = [] if spec.script else p.train_args
+    train_args = list(default_args if spec.train_args is None else spec.train_args)
     for arg in train_args:
         if "\x00" in arg:
             raise SpecError("a training argument contains a NUL byte")
@@ -265,17 +335,42 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     if _CONTROL.search(workdir):
         raise SpecError("the work directory path contains a newline or control character", hint="run from, or pass --workdir, a plain path")
 
+    site_rules.check(p, queue=queue_name, nodes=spec.nodes, walltime_s=walltime_s, procs_per_node=procs)
+
     venv = spec.venv or p.python.venv
     if venv == "auto":
-        venv = sys.prefix if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else None
+        venv = _running_venv()
+    conda = spec.conda or p.python.conda
+    if p.python.env_required and not (venv or conda):
+        venv = _submitting_venv(spec, p)
 
     login = spec.login if spec.login is not None else None
     return ResolvedJob(
         spec=spec, profile=p, name=spec.name, nodes=spec.nodes, queue=queue_name, walltime_s=walltime_s,
         group=group, gpus_per_node=gpus, procs_per_node=procs, workdir=workdir, modules=modules, env=env,
-        train_args=train_args, script=spec.script, hosts=hosts, venv=venv, conda=spec.conda or p.python.conda,
+        train_args=train_args, script=spec.script, hosts=hosts, venv=venv, conda=conda,
         login=login, pass_env=pass_env,
     )
+
+
+def _running_venv() -> Optional[str]:
+    """The virtualenv hpc-launch itself runs in, if any."""
+    return sys.prefix if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else None
+
+
+def _submitting_venv(spec: JobSpec, p: Profile) -> str:
+    """A site whose python3 has no torch, and no env given: the venv hpc-launch runs in, when the
+    job is submitted from this machine (the login node), said on stderr; otherwise refuse."""
+    from .paths import user_config_dir
+    from .submit import LOCAL, choose_host  # submit imports this module
+
+    active = _running_venv()
+    if active and choose_host(spec, p) == LOCAL:
+        sys.stderr.write(f"hpc-launch: no --venv given: the job activates {active}, the virtualenv hpc-launch runs in\n")
+        return active
+    override = user_config_dir() / "clusters" / f"{p.name}.yaml"
+    raise SpecError(f"{p.name} jobs would run the system python3, which has no torch",
+                    hint=f"pass --venv PATH (a virtualenv on {p.name}), or set python.venv in {override}")
 
 
 def with_defaults(spec: JobSpec, **kw) -> JobSpec:

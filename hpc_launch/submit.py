@@ -49,9 +49,10 @@ def choose_host(spec: JobSpec, profile: profiles.Profile) -> str:
     node), else the profile's login host over SSH (from a laptop)."""
     if spec.login:
         return LOCAL if spec.login in ("local", LOCAL) else spec.login
-    if profile.dialect == "none" or not profile.login:
+    dialect = dialects.get(profile.dialect)
+    if not dialect.has_scheduler or not profile.login:
         return LOCAL
-    program = profile.commands.get(dialects.get(profile.dialect).submit_program, dialects.get(profile.dialect).submit_program)
+    program = profile.commands.get(dialect.submit_program, dialect.submit_program)
     return LOCAL if shutil.which(program) else profile.login
 
 

@@ -35,7 +35,7 @@ def test_wheel_carries_profiles_and_templates_and_finds_them_outside_the_repo(tm
     )
     wheel = next(wheel_dir.glob("hpc_launch-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("hpc_launch/clusters/abci.yaml", "hpc_launch/clusters/local.yaml", "hpc_launch/templates/pbspro.sh.j2",
+    for needed in ("hpc_launch/clusters/abci.yaml", "hpc_launch/clusters/local.yaml", "hpc_launch/templates/script.sh.j2",
                    "hpc_launch/templates/body/launch/mpirun.sh.j2", "train/__main__.py"):
         assert needed in names, needed
     site = tmp_path / "site"

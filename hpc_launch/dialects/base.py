@@ -1,16 +1,22 @@
-"""What every scheduler dialect provides: build-command / parse-output pairs, all pure functions.
+"""What every scheduler dialect provides. Everything scheduler-specific lives on its dialect:
+submit command and flags, job-id forms, node-list variables, the status query and its
+fallbacks, state words, exit-status meanings, cancel outcomes, log names.
 
-A dialect never runs anything: `submit.py` and `tracker.py` run its argv through a transport.
+A dialect never holds a connection: the job's life (`jobs.py`) hands it a `run(argv)` callable
+that executes a command where the scheduler is and returns an object with rc, out and err.
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
 from ..states import JobState
+
+Run = Callable[[List[str]], Any]  # argv -> result with .rc, .out, .err
 
 
 @dataclass(frozen=True)
@@ -21,10 +27,19 @@ class StatusInfo:
     # The scheduler says the job is over but not how it ended (Torque-style `C` without an
     # exit status): the exit-code file decides.
     ended: bool = False
+    comment: str = ""  # the scheduler's reason (PBS comment, Slurm reason), shown to the user
+    never_runs: bool = False  # the scheduler says the job can never start (end the follow)
 
     @property
     def active(self) -> bool:
         return not (self.ended or self.state.terminal)
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    sent: bool  # the scheduler took the request (the job ends asynchronously)
+    already_ended: bool = False  # the job had finished or left before the request
+    message: str = ""  # the scheduler's words, one line
 
 
 # Messages that mean "the scheduler did not take the job, try again later" (nothing was created).
@@ -39,10 +54,15 @@ TRANSIENT_PATTERNS = [
     r"commlib error",
     r"try again",
 ]
+# Messages of a status query that only mean "some of these jobs have left the scheduler".
+UNKNOWN_JOB_PATTERNS = [r"invalid job id", r"unknown job", r"do(?:es)? not exist", r"job has finished"]
 
 
 class Dialect:
     name: str = ""
+    title: str = ""  # for docs and `clusters`
+    has_scheduler = True  # False: no scheduler, the script runs as a background process group
+    template = "script.sh.j2"  # the header (shebang + directive block); the body is shared
     directive_prefix: str = ""
     submit_program: str = ""
     # Shell expressions, valid inside the job, for the job id and its numeric part.
@@ -50,7 +70,9 @@ class Dialect:
     job_num_expr: str = ""
     # How to get the job's node list in plain shell when `hpc-launch hostfile` is not on the node.
     nodelist_shell: str = ""
-    status_needs_history_fallback = False
+    # Environment variables that name the node list inside a job, in detection order.
+    nodefile_vars: Tuple[str, ...] = ()
+    unknown_job_patterns: Sequence[str] = UNKNOWN_JOB_PATTERNS
 
     # ---- directives ----------------------------------------------------------------------
     def directive_key(self, text: str) -> str:
@@ -83,7 +105,12 @@ class Dialect:
         return out
 
     # ---- submit ----------------------------------------------------------------------------
-    def submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = (), program: Optional[Sequence[str]] = None) -> List[str]:
+    def submit_flags(self, name: str) -> List[str]:
+        """Flags this dialect always puts on the submit command line (besides the profile's)."""
+        return []
+
+    def submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = (), program: Optional[Sequence[str]] = None,
+                    log_prefix: str = "") -> List[str]:
         return list(program or [self.submit_program]) + list(submit_flags) + [script_path]
 
     def parse_submit(self, out: str) -> str:
@@ -93,16 +120,66 @@ class Dialect:
         low = err.lower()
         return any(re.search(p, low) for p in TRANSIENT_PATTERNS)
 
-    # ---- status / cancel -------------------------------------------------------------------
-    def status_argv(self, job_ids: Sequence[str], *, history: bool = True) -> List[str]:
+    # ---- status ----------------------------------------------------------------------------
+    def status_argv(self, job_ids: Sequence[str]) -> List[str]:
         raise NotImplementedError
 
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
         """Jobs the scheduler still knows; a job missing from the result has left the scheduler."""
         raise NotImplementedError
 
+    def is_unknown_job_error(self, err: str) -> bool:
+        low = err.lower()
+        return any(re.search(p, low) for p in self.unknown_job_patterns)
+
+    def query(self, run: Run, job_ids: Sequence[str]) -> Dict[str, StatusInfo]:
+        """What the scheduler knows of these jobs, with this dialect's fallbacks. A job absent
+        from the answer has left the scheduler: the exit-code file (then `accounting`) decides.
+        Raises SchedulerError only when the scheduler could not be asked at all."""
+        argv = self.status_argv(job_ids)
+        result = run(argv)
+        known = self.parse_status(result.out, job_ids)
+        err = (result.err or "").strip()
+        if result.rc != 0 and not known and err and not self.is_unknown_job_error(err):
+            raise SchedulerError(f"{argv[0]} failed: {err.splitlines()[0][:200]}")
+        return known
+
+    def query_jobs(self, run: Run, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
+        """`query` for jobs given as {job id: the job script's file name}: the name is the job's
+        identity where an id can be reused while we track it (a local pid)."""
+        return self.query(run, list(jobs))
+
+    def accounting(self, run: Run, job_id: str) -> Optional[StatusInfo]:
+        """How a job that left the scheduler ended, from the scheduler's records (qacct, sacct),
+        asked only when the job left no exit-code file. None: no such record."""
+        return None
+
+    def exit_state(self, code: int) -> JobState:
+        """What the scheduler's exit status for a finished job means."""
+        return JobState.DONE if code == 0 else JobState.FAILED
+
+    # ---- cancel ----------------------------------------------------------------------------
     def cancel_argv(self, job_id: str) -> List[str]:
         raise NotImplementedError
+
+    def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
+        text = (err or out or "").strip()
+        first = text.splitlines()[0] if text else ""
+        if rc == 0:
+            return CancelOutcome(sent=True, message=first)
+        if self.is_unknown_job_error(text):
+            return CancelOutcome(sent=False, already_ended=True, message=first)
+        return CancelOutcome(sent=False, message=first or f"exit code {rc}")
+
+    # ---- inside the job ----------------------------------------------------------------------
+    def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, "OrderedDict[str, int]"]]:
+        """(source, host -> slots) from this scheduler's node list, or None when not in its job."""
+        from ..hostfile import count_hosts, read_node_file
+
+        for var in self.nodefile_vars:
+            if env.get(var):
+                return f"${var}", count_hosts(read_node_file(env[var], f"${var}").splitlines())
+        return None
 
     # ---- names -----------------------------------------------------------------------------
     def job_num(self, job_id: str) -> str:

@@ -7,10 +7,10 @@ dir, and the exit-code file the script writes on exit tells how it ended.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List, Mapping, Sequence
 
 from ..states import JobState
-from .base import Dialect, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, StatusInfo, last_matching_line
 
 # $1 = log name prefix (NAME.o), $2 = script. setsid makes the job its own session and process
 # group (pid == pgid == sid), so cancel can signal the whole tree. `echo $$` hands back the id
@@ -22,8 +22,10 @@ _LAUNCH = (
 MARKER = "/.hpc-launch/"  # every script we start lives under WORKDIR/.hpc-launch/
 
 
-class Direct(Dialect):
+class NoScheduler(Dialect):
     name = "none"
+    title = "no scheduler (local, SSH pods)"
+    has_scheduler = False
     directive_prefix = ""
     submit_program = "bash"
     job_id_expr = "${HPC_LAUNCH_JOB_ID:-$$}"
@@ -36,20 +38,49 @@ class Direct(Dialect):
     def parse_submit(self, out: str) -> str:
         return last_matching_line(out, r"^(\d+)$", "launch").group(1)
 
-    def status_argv(self, job_ids: Sequence[str], *, history: bool = True) -> List[str]:
-        # `ps` exits 1 when none is alive; that is an answer, not an error.
-        return ["ps", "-o", "pid=,args=", "-p", ",".join(job_ids)]
+    def status_argv(self, job_ids: Sequence[str]) -> List[str]:
+        # Every process of the jobs' sessions (setsid: sid == pid of the job script). `ps` exits
+        # 1 when none is alive; that is an answer, not an error.
+        return ["ps", "-ww", "-o", "pid=,sid=,args=", "--sid", ",".join(job_ids)]  # -ww: never cut the args
 
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
-        wanted = set(job_ids)
-        result: Dict[str, StatusInfo] = {}
+        return self._parse(out, {j: "" for j in job_ids})
+
+    def query_jobs(self, run, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
+        return self._parse(run(self.status_argv(list(jobs))).out, jobs)
+
+    def _parse(self, out: str, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
+        """A job is its session: alive while its script runs, or while ranks it started outlive
+        a killed script. The script's own line must name the job's script: pids are reused."""
+        leaders: Dict[str, str] = {}
+        members: Dict[str, int] = {}
         for line in out.splitlines():
-            m = re.match(r"\s*(\d+)\s+(.*)", line)
-            # the pid must still be our job script (pids are reused)
-            if m and m.group(1) in wanted and MARKER in m.group(2):
-                result[m.group(1)] = StatusInfo(JobState.RUNNING, None, "running")
+            m = re.match(r"\s*(\d+)\s+(\d+)\s+(.*)", line)
+            if not m or m.group(2) not in jobs:
+                continue
+            pid, sid, args = m.groups()
+            if pid == sid:
+                leaders[sid] = args
+            else:
+                members[sid] = members.get(sid, 0) + 1
+        result: Dict[str, StatusInfo] = {}
+        for job_id, script in jobs.items():
+            args = leaders.get(job_id)
+            if args is not None:
+                if MARKER in args and (not script or script in args):
+                    result[job_id] = StatusInfo(JobState.RUNNING, None, "running")
+                continue  # the pid now belongs to some other program: our job has ended
+            if members.get(job_id):
+                n = members[job_id]
+                result[job_id] = StatusInfo(JobState.RUNNING, None, "orphaned",
+                                            comment=f"the job script is gone but {n} of its processes still run (`hpc-launch cancel` stops them)")
         return result
 
     def cancel_argv(self, job_id: str) -> List[str]:
         # the whole process group: the launcher and every rank it started
         return ["kill", "-TERM", "--", f"-{job_id}"]
+
+    def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
+        if rc != 0 and "no such process" in (err or "").lower():
+            return CancelOutcome(sent=False, already_ended=True, message=err.strip())
+        return super().parse_cancel(rc, out, err)

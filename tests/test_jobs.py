@@ -1,0 +1,236 @@
+"""The job's life (hpc_launch/jobs.py): every state decision and the cancel path, in milliseconds.
+
+The scheduler's answers come from a scripted dialect (what the dialect parsed) and a fake
+transport that holds the exit-code files; the dialects' own parsing is tested against recorded
+outputs in test_dialects.py and test_pbspro_observed.py.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import pytest
+
+from hpc_launch import dialects, jobs
+from hpc_launch.dialects.base import CancelOutcome, Dialect, StatusInfo
+from hpc_launch.records import JobRecord, JobStore
+from hpc_launch.states import JobState
+from hpc_launch.transport import CommandResult
+
+
+class ScriptedDialect(Dialect):
+    """Answers status queries from a list of prepared answers (one per query)."""
+
+    name = "scripted"
+    submit_program = "qsub"
+
+    def __init__(self):
+        self.answers: List[Dict[str, StatusInfo]] = []
+        self.accounting_answer: Optional[StatusInfo] = None
+        self.cancel_result = CommandResult(0, "", "")
+        self.ran: List[List[str]] = []
+
+    def query(self, run, job_ids):
+        run(["qstat"] + list(job_ids))
+        return self.answers.pop(0) if len(self.answers) > 1 else (self.answers[0] if self.answers else {})
+
+    def accounting(self, run, job_id):
+        return self.accounting_answer
+
+    def cancel_argv(self, job_id):
+        return ["qdel", job_id]
+
+    def parse_cancel(self, rc, out, err):
+        if rc == 0:
+            return CancelOutcome(sent=True)
+        if "finished" in err:
+            return CancelOutcome(sent=False, already_ended=True, message=err.strip())
+        return CancelOutcome(sent=False, message=err.strip())
+
+
+class FakeTransport:
+    host = "localhost"
+
+    def __init__(self, dialect: ScriptedDialect):
+        self.files: Dict[str, bytes] = {}
+        self.dialect = dialect
+        self.ran: List[List[str]] = []
+
+    def run(self, argv, **_kw):
+        self.ran.append(list(argv))
+        if argv[0] == "qdel":
+            return self.dialect.cancel_result
+        return CommandResult(0, "", "")
+
+    def read_from(self, path, offset, limit=1 << 20):
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path][offset:offset + limit]
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    d = ScriptedDialect()
+    monkeypatch.setitem(dialects._DIALECTS, "scripted", d)
+    return d
+
+
+@pytest.fixture
+def store(tmp_path):
+    return JobStore(tmp_path / "jobs.sqlite")
+
+
+def _record(store, **kw) -> JobRecord:
+    rec = JobRecord(job_id=kw.pop("job_id", "42"), cluster="c", dialect="scripted", host="localhost", name="train",
+                    workdir="/w", script_path="/w/.hpc-launch/train.sh", log_path="/w/train.o42",
+                    exit_path="/w/train.o42.exitcode", submit_time=1.0, **kw)
+    store.add(rec)
+    return store.get(rec.job_id, "c")
+
+
+def _refresh(store, rec, transport) -> JobRecord:
+    return jobs.refresh(store, [rec], lambda host: transport)[0]
+
+
+def test_running_job_keeps_the_schedulers_state_and_comment(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Not Running: Insufficient amount of resource: ngpus")}]
+    got = _refresh(store, _record(store), t)
+    assert (got.state, got.comment) == ("queued", "Not Running: Insufficient amount of resource: ngpus")
+
+
+def test_an_unknown_state_word_never_ends_or_restarts_a_job(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.UNKNOWN, raw="Z")}]
+    got = _refresh(store, _record(store, state="running"), t)
+    assert got.state == "running" and got.end_time is None
+
+
+@pytest.mark.parametrize("code, cancel_asked, state", [
+    (b"0\n", False, "done"),
+    (b"3\n", False, "failed"),
+    (b"143\n", False, "failed"),     # SIGTERM nobody asked for: walltime, preemption, admin
+    (b"143\n", True, "cancelled"),
+    (b"137\n", False, "failed"),     # unrequested SIGKILL: the OOM killer, not a cancel
+    (b"137\n", True, "cancelled"),
+    (None, False, "failed"),         # died without its exit trap
+    (None, True, "cancelled"),
+])
+def test_a_job_the_scheduler_forgot_is_decided_by_its_exit_code_file(scripted, store, code, cancel_asked, state):
+    t = FakeTransport(scripted)
+    if code is not None:
+        t.files["/w/train.o42.exitcode"] = code
+    scripted.answers = [{}]
+    extra = {"cancel_requested_at": 5.0} if cancel_asked else {}
+    got = _refresh(store, _record(store, state="running", extra=extra), t)
+    assert got.state == state
+    assert got.end_time is not None
+
+
+def test_an_unrequested_sigkill_says_it_was_probably_memory(scripted, store):
+    t = FakeTransport(scripted)
+    t.files["/w/train.o42.exitcode"] = b"137\n"
+    scripted.answers = [{}]
+    got = _refresh(store, _record(store, state="running"), t)
+    assert got.exit_code == 137 and "out-of-memory" in got.comment
+
+
+def test_no_exit_file_asks_the_schedulers_accounting(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{}]
+    scripted.accounting_answer = StatusInfo(JobState.TIMEOUT, 137, "qacct", comment="h_rt limit")
+    got = _refresh(store, _record(store, state="running"), t)
+    assert (got.state, got.exit_code) == ("timeout", 137)
+
+
+def test_scheduler_says_ended_without_exit_status_then_the_file_decides(scripted, store):
+    t = FakeTransport(scripted)
+    t.files["/w/train.o42.exitcode"] = b"0\n"
+    scripted.answers = [{"42": StatusInfo(JobState.UNKNOWN, raw="C", ended=True)}]
+    assert _refresh(store, _record(store, state="running"), t).state == "done"
+
+
+def test_the_schedulers_final_word_wins_and_keeps_its_exit_status(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.TIMEOUT, -29, "F", comment="exceeded resource walltime")}]
+    got = _refresh(store, _record(store, state="running"), t)
+    assert (got.state, got.exit_code, got.comment) == ("timeout", -29, "exceeded resource walltime")
+
+
+def test_never_runs_ends_a_follow_with_the_schedulers_reason(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Can Never Run: Not enough total nodes available", never_runs=True)}]
+    rec = _record(store)
+    seen = []
+    poll = jobs.state_poller(t, rec, store, on_comment=seen.append)
+    with pytest.raises(jobs.NeverRuns, match="Not enough total nodes"):
+        poll()
+    assert seen == ["Can Never Run: Not enough total nodes available"]
+    assert store.get("42", "c").comment.startswith("Can Never Run")
+
+
+def test_terminal_records_are_not_asked_again(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{}]
+    _refresh(store, _record(store, state="done", exit_code=0), t)
+    assert t.ran == []
+
+
+# ---- cancel -------------------------------------------------------------------------------
+
+
+def test_cancel_of_a_job_that_already_finished_reports_how_it_ended_and_sends_nothing(scripted, store):
+    t = FakeTransport(scripted)
+    t.files["/w/train.o42.exitcode"] = b"0\n"
+    scripted.answers = [{}]
+    result = jobs.cancel(store, _record(store, state="queued"), t, sleep=lambda s: None)
+    assert result.state == JobState.DONE and result.exit_code == 0
+    assert "had already ended: done with exit code 0" in result.message
+    assert not any(a[0] == "qdel" for a in t.ran)
+    assert store.get("42", "c").state == "done"
+
+
+def test_cancel_records_the_end_the_scheduler_reports_afterwards(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [
+        {"42": StatusInfo(JobState.RUNNING, raw="R")},                      # before the request
+        {"42": StatusInfo(JobState.RUNNING, raw="R", comment="terminated")},  # qdel is asynchronous
+        {"42": StatusInfo(JobState.CANCELLED, 271, "F")},
+    ]
+    result = jobs.cancel(store, _record(store, state="running"), t, sleep=lambda s: None)
+    assert ["qdel", "42"] in t.ran
+    assert (result.state, result.exit_code) == (JobState.CANCELLED, 271)
+    rec = store.get("42", "c")
+    assert (rec.state, rec.exit_code) == ("cancelled", 271)
+
+
+def test_cancel_that_races_the_jobs_own_end_keeps_the_real_outcome(scripted, store):
+    """scancel/qdel of a job that completed in between: the job is done, not cancelled."""
+    t = FakeTransport(scripted)
+    scripted.cancel_result = CommandResult(35, "", "qdel: Job has finished 42.pbs")
+    t.files_after = {}
+    scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}, {}]
+    rec = _record(store, state="running")
+    t.files["/w/train.o42.exitcode"] = b"0\n"  # written as the job ended, just before qdel
+    result = jobs.cancel(store, rec, t, sleep=lambda s: None)
+    assert result.state == JobState.DONE
+    assert "had already ended" in result.message
+    assert store.get("42", "c").state == "done"
+
+
+def test_a_refused_cancel_is_an_error_and_leaves_the_record_as_it_was(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.cancel_result = CommandResult(159, "", "qdel: Unauthorized Request  42.pbs")
+    scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}]
+    with pytest.raises(Exception, match="Unauthorized"):
+        jobs.cancel(store, _record(store, state="running"), t, sleep=lambda s: None)
+    rec = store.get("42", "c")
+    assert rec.state == "running" and "cancel_requested_at" not in rec.extra
+
+
+def test_cancel_that_is_not_confirmed_in_time_says_so(scripted, store):
+    t = FakeTransport(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}]
+    result = jobs.cancel(store, _record(store, state="running"), t, confirm_s=0.0, sleep=lambda s: None)
+    assert result.state == JobState.RUNNING and "still reports it running" in result.message
+    assert store.get("42", "c").extra.get("cancel_requested_at")

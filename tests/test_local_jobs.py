@@ -1,0 +1,110 @@
+"""Jobs with no scheduler are their session, identified by their script, never guessed from a pid.
+
+Real processes, real `ps`, real signals: a job script that sleeps stands in for training.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hpc_launch import dialects, jobs
+from hpc_launch.records import JobRecord, JobStore
+from hpc_launch.states import JobState
+from hpc_launch.transport import LocalTransport
+
+NONE = dialects.get("none")
+
+
+def test_parse_keeps_only_the_jobs_own_script():
+    out = (" 100   100 bash /w/.hpc-launch/train-a.sh\n"
+           " 200   200 bash /w/.hpc-launch/train-other.sh\n"   # pid 200 reused by another job's script
+           " 301   300 python -m train\n 302   300 python -m train\n")  # 300's script was killed
+    got = NONE._parse(out, {"100": "train-a.sh", "200": "train-b.sh", "300": "train-c.sh", "400": "train-d.sh"})
+    assert got["100"].state == JobState.RUNNING
+    assert "200" not in got and "400" not in got
+    assert got["300"].state == JobState.RUNNING and "2 of its processes still run" in got["300"].comment
+
+
+def _start(tmp: Path, body: str, name: str = "train-x.sh"):
+    """Launch a script exactly the way the `none` dialect submits one."""
+    (tmp / ".hpc-launch").mkdir(exist_ok=True)
+    script = tmp / ".hpc-launch" / name
+    script.write_text("#!/bin/bash\n" + body)
+    argv = NONE.submit_argv(str(script), log_prefix=str(tmp / "train.o"))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    job_id = NONE.parse_submit(out)
+    return job_id, script
+
+
+def _record(store, tmp, job_id, script) -> JobRecord:
+    rec = JobRecord(job_id=job_id, cluster="local", dialect="none", host="localhost", name="train", workdir=str(tmp),
+                    script_path=str(script), log_path=str(tmp / f"train.o{job_id}"), exit_path=str(tmp / f"train.o{job_id}.exitcode"),
+                    submit_time=time.time(), state="running")
+    store.add(rec)
+    return store.get(job_id, "local")
+
+
+def _alive(pgid: str) -> list:
+    return subprocess.run(["pgrep", "-g", pgid], capture_output=True, text=True).stdout.split()
+
+
+def _wait(cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def store(tmp_path):
+    return JobStore(tmp_path / "jobs.sqlite")
+
+
+def test_killing_the_job_script_with_sigkill_leaves_the_job_running_while_its_ranks_run(tmp_path, store):
+    # the "ranks": a child that outlives the script (its own trap never runs: SIGKILL)
+    job_id, script = _start(tmp_path, "sleep 60 &\nwait\n")
+    rec = _record(store, tmp_path, job_id, script)
+    t = LocalTransport()
+    assert jobs.refresh(store, [rec], lambda h: t)[0].state == "running"
+    os.kill(int(job_id), signal.SIGKILL)
+    assert _wait(lambda: subprocess.run(["ps", "-p", job_id], capture_output=True).returncode != 0)
+    got = jobs.refresh(store, [store.get(job_id, "local")], lambda h: t)[0]
+    assert got.state == "running" and "still run" in got.comment  # not "cancelled 137", not "failed"
+    result = jobs.cancel(store, got, t, sleep=lambda s: time.sleep(0.2))
+    assert result.state == JobState.CANCELLED
+    assert _wait(lambda: not _alive(job_id))
+
+
+def test_sigkill_nobody_asked_for_is_a_failure_not_a_cancel(tmp_path, store):
+    job_id, script = _start(tmp_path, "sleep 60\n")
+    rec = _record(store, tmp_path, job_id, script)
+    os.killpg(int(job_id), signal.SIGKILL)  # like the OOM killer: the whole job, no trap
+    assert _wait(lambda: not _alive(job_id))
+    got = jobs.refresh(store, [rec], lambda h: LocalTransport())[0]
+    assert got.state == "failed" and got.exit_code is None
+
+
+def test_a_reused_pid_is_not_the_job_and_cancel_never_signals_it(tmp_path, store):
+    job_id, script = _start(tmp_path, 'echo "$?" "$HPC" >/dev/null; exit 0\n')
+    assert _wait(lambda: not _alive(job_id))
+    (tmp_path / f"train.o{job_id}.exitcode").write_text(f"0 {script.name}\n")
+    rec = _record(store, tmp_path, job_id, script)
+    store.update("local", job_id, state="queued")  # the record never saw it run
+    # another job's script now holds that session id: make the record point at it
+    other_id, other_script = _start(tmp_path, "sleep 30\n", name="train-other.sh")
+    store.update("local", job_id, state="queued")
+    rec = store.get(job_id, "local")
+    forged = JobRecord(**{**rec.__dict__, "job_id": other_id, "exit_path": rec.exit_path})
+    store.add(forged)
+    result = jobs.cancel(store, store.get(other_id, "local"), LocalTransport(), sleep=lambda s: None)
+    assert result.state == JobState.DONE and "had already ended" in result.message
+    assert _alive(other_id), "cancel signalled a process that is not the job"
+    os.killpg(int(other_id), signal.SIGKILL)
