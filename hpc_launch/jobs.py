@@ -108,8 +108,22 @@ def _decide(dialect, run, transport, rec: JobRecord, info: Optional[StatusInfo])
             return Outcome(state, acct.exit_code, acct.raw or "accounting", acct.comment)
     raw = info.raw if info is not None else "gone"
     comment = info.comment if info is not None else ""
+    if code in (None, EXIT_SIGTERM, EXIT_SIGKILL) and not cancel_requested(rec):
+        verdict = dialect.log_verdict(_log_tail(transport, rec))
+        if verdict is not None:  # the scheduler killed it for a limit and said so in the log
+            return Outcome(verdict.state, code, raw, verdict.comment)
     state = state_from_exit_code(code, rec)
     return Outcome(state, code, raw, comment or exit_hint(state, code, rec))
+
+
+def _log_tail(transport, rec: JobRecord, size: int = 16384) -> str:
+    try:
+        end = transport.size(rec.log_path)
+        if not end:
+            return ""
+        return transport.read_from(rec.log_path, max(0, end - size), size).decode("utf-8", "replace")
+    except (OSError, HpcLaunchError):
+        return ""
 
 
 def _store_outcome(store: JobStore, rec: JobRecord, got: Outcome) -> None:

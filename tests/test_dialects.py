@@ -13,6 +13,8 @@ from hpc_launch import dialects
 from hpc_launch.dialects.gridengine import GridEngine
 from hpc_launch.errors import SchedulerError
 from hpc_launch.states import JobState
+from hpc_launch.transport import CommandResult
+from pbs_fixtures import Replay
 
 SCHED = Path(__file__).parent / "golden" / "sched"
 COBALT = Path(__file__).parent / "golden" / "cobalt"
@@ -131,10 +133,20 @@ def test_pbs_pro_finished_job_with_exit_status():
     assert got["1236.pbs1"].state == JobState.CANCELLED
 
 
-def test_pbs_history_flag_falls_back_for_torque_wrappers():
+def test_pbs_query_falls_back_for_torque_wrappers():
+    # Slurm's qstat wrapper (the testbed) rejects -x (rc 2, "Unknown option: x"): query() asks
+    # again without it. Real PBS Pro with history off is in tests/test_pbspro_observed.py.
     d = dialects.get("pbspro")
-    assert "-x" in d.status_argv(["1"]) and "-x" not in d.status_argv(["1"], history=False)
-    assert "option" in (read("pbswrap_qstat_x_unsupported.stderr.txt") + read("pbswrap_qstat_x_unsupported.txt")).lower()
+    refused = CommandResult(2, read("pbswrap_qstat_x_unsupported.txt"), read("pbswrap_qstat_x_unsupported.stderr.txt"))
+    run = Replay().add(["qstat", "-f", "-x", "19", "21"], refused).add(
+        ["qstat", "-f", "19", "21"], CommandResult(0, read("pbswrap_qstat_f_running.txt") + read("pbswrap_qstat_f_finished.txt"), ""))
+    got = d.query(run, ["19", "21"])
+    assert [c[:3] for c in run.calls] == [["qstat", "-f", "-x"], ["qstat", "-f", "19"]]
+    assert got["19"].state == JobState.RUNNING and got["19"].active
+    assert got["21"].ended and not got["21"].active  # `C` without an exit status: the exit-code file decides
+    # a job the wrapper has forgotten: rc 153 and nothing said, which only means "gone"
+    gone = Replay().add(["qstat", "-f", "-x", "999999"], refused).add(["qstat", "-f", "999999"], CommandResult(153, read("pbswrap_qstat_unknown.txt"), ""))
+    assert d.query(gone, ["999999"]) == {}
 
 
 def test_grid_engine_qstat_table():
@@ -183,7 +195,7 @@ def test_cancel_commands():
     assert dialects.get("none").cancel_argv("5") == ["kill", "-TERM", "--", "-5"]
 
 
-def test_direct_status_ignores_reused_pids():
-    out = "  101 bash /w/.hpc-launch/train-1.sh\n  102 /usr/bin/vim notes\n"
+def test_no_scheduler_status_ignores_reused_pids():
+    out = "  101   101 bash /w/.hpc-launch/train-1.sh\n  102   102 /usr/bin/vim notes\n"
     got = dialects.get("none").parse_status(out, ["101", "102", "103"])
     assert list(got) == ["101"] and got["101"].state == JobState.RUNNING

@@ -62,6 +62,9 @@ class FakeTransport:
             return self.dialect.cancel_result
         return CommandResult(0, "", "")
 
+    def size(self, path):
+        return len(self.files[path]) if path in self.files else None
+
     def read_from(self, path, offset, limit=1 << 20):
         if path not in self.files:
             raise FileNotFoundError(path)
@@ -234,3 +237,19 @@ def test_cancel_that_is_not_confirmed_in_time_says_so(scripted, store):
     result = jobs.cancel(store, _record(store, state="running"), t, confirm_s=0.0, sleep=lambda s: None)
     assert result.state == JobState.RUNNING and "still reports it running" in result.message
     assert store.get("42", "c").extra.get("cancel_requested_at")
+
+
+def test_a_job_pbs_killed_for_walltime_is_a_timeout_even_when_pbs_has_forgotten_it(store):
+    """PBS Pro with job history off (its default) forgets the job at once; the SIGTERM trap
+    wrote 143. MoM's line in the log (pbspro-observed 050) tells it was the walltime."""
+    t = FakeTransport(ScriptedDialect())
+    t.files["/w/train.o42.exitcode"] = b"143 train.sh\n"
+    t.files["/w/train.o42"] = b"[hpc-train] step=3\n=>> PBS: job killed: walltime 12 exceeded limit 5\n"
+    rec = JobRecord(job_id="42.pbs", cluster="c", dialect="pbspro", host="localhost", name="train", workdir="/w",
+                    script_path="/w/.hpc-launch/train.sh", log_path="/w/train.o42", exit_path="/w/train.o42.exitcode",
+                    submit_time=1.0, state="running")
+    store.add(rec)
+    t.run = lambda argv, **kw: CommandResult(153, "", "qstat: Unknown Job Id 42.pbs\n")
+    got = jobs.refresh(store, [store.get("42.pbs", "c")], lambda h: t)[0]
+    assert (got.state, got.exit_code) == ("timeout", 143)
+    assert "walltime" in got.comment

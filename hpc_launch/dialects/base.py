@@ -154,6 +154,12 @@ class Dialect:
         asked only when the job left no exit-code file. None: no such record."""
         return None
 
+    def log_verdict(self, log_tail: str) -> Optional[StatusInfo]:
+        """How the job ended, from the line the scheduler writes into the job's log when it kills
+        it for a limit (walltime, memory). Asked when the job was killed by a signal and the
+        scheduler no longer says why. None: no such line."""
+        return None
+
     def exit_state(self, code: int) -> JobState:
         """What the scheduler's exit status for a finished job means."""
         return JobState.DONE if code == 0 else JobState.FAILED

@@ -1,71 +1,308 @@
-"""PBS Professional (ABCI 3.0, Miyabi, Polaris). Also drives Slurm's Torque/PBS wrappers (the testbed)."""
+"""PBS Professional (ABCI 3.0, Miyabi, Polaris), as a real OpenPBS 23.06 server behaves
+(tests/golden/pbspro-observed, with its RECORDING.md). Also drives Slurm's Torque-style
+qsub/qstat/qdel wrappers (the testbed), which have no `qstat -x`, no substates and bare ids.
+
+Numbers and words below are OpenPBS's own (src/include/job.h, src/server/svr_jobfunc.c).
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..errors import SchedulerError
 from ..states import JobState
-from .base import Dialect, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
 
-_STATE = {
-    "Q": JobState.QUEUED, "H": JobState.QUEUED, "W": JobState.QUEUED, "T": JobState.QUEUED,
-    "S": JobState.QUEUED, "U": JobState.QUEUED, "B": JobState.RUNNING,
-    "R": JobState.RUNNING, "E": JobState.RUNNING, "X": JobState.DONE,
-    # F (finished, real PBS Pro with -x) and C (completed, Torque/Slurm wrapper) resolve by exit status.
+# Exit_status values PBS sets itself: -24..-29 MoM killed the job for exceeding ncpus (burst,
+# sum), vmem, mem, cput, walltime (comment "... and exceeded resource NAME"); -11 requeued (node
+# failure, qrerun). A job killed by signal n gets 256 + n: 271 = SIGTERM (qdel of a running
+# job), 265 = SIGKILL (qdel -W force).
+JOB_EXEC_KILL_WALLTIME = -29
+KILLED_BY_QDEL = {256 + 15, 256 + 9}
+# Substates of a finished (F) job: deleted with qdel (before or while running), finished, failed.
+SUB_TERMINATED, SUB_FINISHED, SUB_FAILED = 91, 92, 93
+NEVER_RUN = "Can Never Run"  # the scheduler's prefix (src/scheduler/constant.h NEVER_RUN_PREFIX)
+
+# Every job_state letter qstat documents; F, X (expired subjob) and C (Torque) are ends.
+_LETTER = {
+    "Q": JobState.QUEUED, "H": JobState.QUEUED,  # held: by a user, or waiting on a dependency
+    "W": JobState.QUEUED,  # waiting for its -a start time
+    "T": JobState.QUEUED,  # in transit between queues or servers
+    "M": JobState.QUEUED,  # moved to another server (peer scheduling): it runs there, not ended here
+    "S": JobState.QUEUED, "U": JobState.QUEUED,  # suspended (by the scheduler, or workstation busy)
+    "R": JobState.RUNNING, "E": JobState.RUNNING,  # E: exiting, output still being staged out
+    "B": JobState.RUNNING,  # an array whose subjobs have begun
 }
-# PBS Pro exit status conventions: >256 means killed by signal (256 + n); -29 = walltime kill.
-_WALLTIME_EXIT = {-29, -11}
+_ENDED = {"F", "X", "C"}
+
+_HEADER = re.compile(r"^(Job Id|Queue|Server):?\s+(\S+)\s*$")  # qstat -f / -Qf / -Bf, qmgr list
+_ARRAY = re.compile(r"^(\d+)\[(\d*)\]$")  # the sequence part of `16[]` (array) or `16[3]` (subjob)
 
 
-def finished_state(exit_status: int | None) -> JobState:
-    if exit_status is None:
-        return JobState.UNKNOWN
-    if exit_status == 0:
-        return JobState.DONE
-    if exit_status in _WALLTIME_EXIT:
-        return JobState.TIMEOUT
-    if exit_status in (271, 143, 265, 137):  # SIGTERM / SIGKILL from qdel
-        return JobState.CANCELLED
-    return JobState.FAILED
+def parse_full(text: str, kind: str = "Job Id") -> List[Tuple[str, Dict[str, str]]]:
+    """`qstat -f` text: [(id, {attribute: value})] of the `kind` blocks (Job Id, Queue, Server).
+    Attribute lines start with 4 spaces (a TAB in Torque-style output); long values wrap onto
+    lines that start with one TAB and are joined with nothing in between, since the wrap falls
+    anywhere, mid-word included. A line with no indent continues a value that holds a raw
+    newline (an exported bash function under `qsub -V`)."""
+    blocks: List[Tuple[str, Dict[str, str]]] = []
+    attrs: Optional[Dict[str, str]] = None
+    key = indent = None
+    for line in text.split("\n"):
+        head = _HEADER.match(line)
+        if head:
+            attrs, key, indent = {}, None, None
+            if head.group(1) == kind:
+                blocks.append((head.group(2), attrs))
+            continue
+        if attrs is None or not line.strip():
+            continue
+        if indent is None:
+            indent = "\t" if line.startswith("\t") else "    "
+        m = re.match(re.escape(indent) + r"([A-Za-z_][\w.]*) =(?: (.*))?$", line)
+        if m:
+            key = m.group(1)
+            attrs[key] = m.group(2) or ""  # exact: a value may end in a space (state_count)
+        elif key is not None:
+            wrapped = indent != "\t" and line.startswith("\t")
+            attrs[key] += line[1:] if wrapped else "\n" + line
+    return blocks
+
+
+def variable_list(value: str) -> Dict[str, str]:
+    """Variable_List text (`A=1,B=x\\,y,...`): commas inside values are escaped as `\\,`,
+    quotes and backslashes as `\\"` and `\\\\`."""
+    out: Dict[str, str] = {}
+    for item in re.findall(r"(?:\\.|[^,\\])+", value, flags=re.S):
+        name, _, val = item.partition("=")
+        out[name] = re.sub(r"\\(.)", r"\1", val, flags=re.S)
+    return out
+
+
+def parse_table(text: str) -> Dict[str, Tuple[str, str]]:
+    """The default `qstat` table (also -w, -answ1, -x, -t, Torque's): {id: (state letter, comment)}.
+    Columns are found from the dashes under the header, not by counting words (names are cut
+    and padded, `-answ1` adds columns and puts the comment on its own line)."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines[1:], 1):
+        if re.fullmatch(r"-+( +-+)+ *", line):
+            spans = [m.span() for m in re.finditer(r"-+", line)]
+            header = lines[i - 1]
+            col = next((s for s in spans if header[s[0]:s[1]].strip() == "S"), None)
+            break
+    else:
+        return {}
+    rows: Dict[str, Tuple[str, str]] = {}
+    last = None
+    for line in lines[i + 1:]:
+        if not line.strip():
+            continue
+        if line[0] == " " and last is not None:  # -answ1 -s: the comment line ("    -- " when none)
+            rows[last] = (rows[last][0], "" if line.strip() == "--" else line.strip())
+            continue
+        if col is not None and len(line) >= col[1]:
+            last = line.split()[0]
+            rows[last] = (line[col[0]:col[1]].strip(), "")
+    return rows
+
+
+def _int(value: Optional[str]) -> Optional[int]:
+    return int(value) if value and re.fullmatch(r"-?\d+", value.strip()) else None
+
+
+def _key(job_id: str) -> str:
+    """What identifies a job across outputs: `51` for `51.pbshead` (and the wrapper's bare `51`)."""
+    return job_id.split(".", 1)[0]
+
+
+def is_array(job_id: str) -> bool:
+    return _key(job_id).endswith("[]")
+
+
+def kill_reason(log_text: str) -> Optional[StatusInfo]:
+    """The line MoM writes to the job's stderr (our log, with `-j oe`) when it kills the job for a
+    limit: `=>> PBS: job killed: walltime 12 exceeded limit 5`. Tells how the job ended when the
+    scheduler has forgotten it (history off): timeout for walltime, failed for anything else."""
+    found = re.findall(r"(?m)^=>> PBS: job killed: ((\w+) .*exceeded limit.*?)\s*$", log_text)
+    if not found:
+        return None
+    words, resource = found[-1]
+    state = JobState.TIMEOUT if resource == "walltime" else JobState.FAILED
+    return StatusInfo(state, None, "killed", comment=f"killed by PBS: {words}")
 
 
 class PBSPro(Dialect):
     name = "pbspro"
+    title = "PBS Professional"
     directive_prefix = "#PBS"
     submit_program = "qsub"
     job_id_expr = "${PBS_JOBID:?not inside a PBS job}"
-    job_num_expr = "${PBS_JOBID%%.*}"
+    # `51.pbshead` -> 51; a subjob `16[3].pbshead` -> 16.3, as PBS names its log (NAME.o16.3).
+    job_num_expr = '"${PBS_JOBID%%[.[]*}${PBS_ARRAY_INDEX:+.$PBS_ARRAY_INDEX}"'
     nodelist_shell = 'awk \'!seen[$0]++\' "$PBS_NODEFILE"'
-    status_needs_history_fallback = True
+    nodefile_vars = ("PBS_NODEFILE",)
+
+    def log_verdict(self, log_tail: str) -> Optional[StatusInfo]:
+        return kill_reason(log_tail)
+
+    # ---- submit --------------------------------------------------------------------------
+    def submit_flags(self, name: str) -> List[str]:
+        # Torque-style qsub front-ends (Slurm's wrapper) override the script's -N/-j with their
+        # own defaults unless they are on the command line; real PBS Pro accepts both.
+        return ["-N", name, "-j", "oe"]
 
     def parse_submit(self, out: str) -> str:
-        # Real PBS Pro prints `1234.pbs1`; Slurm's qsub wrapper prints a bare `1234`.
-        return last_matching_line(out, r"^(\d+(?:\.[\w.-]+)?)$", "qsub").group(1)
+        # `51.pbshead`; `59[].pbshead` for an array (-J 1-3, -J 1-5:2); Slurm's wrapper: bare `51`.
+        # Only a whole line counts, and the server name starts with a letter: noise around the
+        # id (site banners, warnings) is skipped, an IP address or a sentence is never an id.
+        return last_matching_line(out, r"^(\d+(?:\[\])?(?:\.[A-Za-z][\w.-]*)?)$", "qsub").group(1)
 
-    def status_argv(self, job_ids: Sequence[str], *, history: bool = True) -> List[str]:
-        # -x adds finished jobs (PBS Pro); Torque-style wrappers reject it, tracker retries without.
-        return ["qstat", "-f"] + (["-x"] if history else []) + list(job_ids)
+    # ---- status ----------------------------------------------------------------------------
+    def status_argv(self, job_ids: Sequence[str]) -> List[str]:
+        # Text, several ids at once: `-F json` prints only the first job when given several.
+        return ["qstat", "-f", "-x"] + list(job_ids)
+
+    def history_unavailable(self, rc: int, out: str, err: str) -> bool:
+        """PBS Pro with job history off (its default) answers every `-x` query with rc 0, nothing
+        on stdout and this message, even for running jobs; Torque-style qstat rejects -x."""
+        text = f"{err}\n{out}".lower()
+        if "not configured to maintain job history" in text:
+            return True
+        return rc != 0 and re.search(r"(unknown|invalid|illegal|unrecognized) option", text) is not None
+
+    def query(self, run: Run, job_ids: Sequence[str]) -> Dict[str, StatusInfo]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        argv = self.status_argv(ids)
+        result = run(argv)
+        if self.history_unavailable(result.rc, result.out, result.err or ""):
+            # Without -x, finished jobs are `Unknown Job Id` (rc 153): absent from the answer,
+            # so the exit-code file decides. Two commands per poll on such sites.
+            argv = ["qstat", "-f"] + ids
+            result = run(argv)
+        known = self.parse_status(result.out, ids)
+        err = (result.err or "").strip()
+        if result.rc != 0 and not known and err and not self.is_unknown_job_error(err):
+            raise SchedulerError(f"{argv[0]} failed: {err.splitlines()[0][:200]}")
+        finished_arrays = [j for j, info in known.items() if is_array(j) and info.raw == "F"]
+        if finished_arrays:
+            known.update(self._array_outcomes(run, finished_arrays, known))
+        return known
 
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
-        wanted = {self.job_num(j): j for j in job_ids}
+        wanted = {_key(j): j for j in job_ids}
         result: Dict[str, StatusInfo] = {}
-        for block in re.split(r"(?m)^(?=Job Id:)", out):
-            m = re.match(r"Job Id:\s*(\S+)", block)
-            if not m:
-                continue
-            num = self.job_num(m.group(1))
-            if num not in wanted:
-                continue
-            attrs = dict(re.findall(r"(?m)^\s+([\w.]+)\s*=\s*(.*)$", block))
-            letter = attrs.get("job_state", "").strip()
-            exit_raw = attrs.get("Exit_status", attrs.get("exit_status"))
-            exit_code = int(exit_raw) if exit_raw and re.fullmatch(r"-?\d+", exit_raw.strip()) else None
-            if letter in ("F", "C"):
-                result[wanted[num]] = StatusInfo(finished_state(exit_code), exit_code, letter, ended=True)
-            else:
-                result[wanted[num]] = StatusInfo(_STATE.get(letter, JobState.UNKNOWN), exit_code, letter)
+        blocks = parse_full(out)
+        if blocks:
+            for job, attrs in blocks:
+                if _key(job) in wanted:
+                    result[wanted[_key(job)]] = self.job_info(attrs)
+        else:  # a table (a site's qstat that ignores -f, or plain Torque)
+            for job, (letter, comment) in parse_table(out).items():
+                if _key(job) in wanted:
+                    result[wanted[_key(job)]] = self.job_info({"job_state": letter, "comment": comment})
         return result
 
+    def job_info(self, attrs: Dict[str, str]) -> StatusInfo:
+        """One job's qstat -f attributes -> StatusInfo."""
+        letter = attrs.get("job_state", "").strip()
+        comment = attrs.get("comment", "").strip()
+        if letter not in _ENDED:
+            state = _LETTER.get(letter, JobState.UNKNOWN)  # an unknown letter never ends a job
+            return StatusInfo(state, None, letter, comment=comment, never_runs=comment.startswith(NEVER_RUN))
+        substate = _int(attrs.get("substate"))
+        code = _int(attrs.get("Exit_status", attrs.get("exit_status")))
+        if attrs.get("array", "").strip() == "True":
+            # The parent's Exit_status says nothing about its subjobs (0 with a failed subjob);
+            # its substate does: the first failed or deleted subjob's. `query` reads the subjobs.
+            state = {SUB_TERMINATED: JobState.CANCELLED, SUB_FAILED: JobState.FAILED, SUB_FINISHED: JobState.DONE}.get(substate)
+            return StatusInfo(state, None, letter, comment=comment) if state else StatusInfo(JobState.UNKNOWN, None, letter, ended=True, comment=comment)
+        if substate == SUB_TERMINATED:  # deleted with qdel, whatever its exit status (271, 265, 143, none)
+            return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
+        if code is not None:
+            return StatusInfo(self.exit_state(code), code, letter, comment=comment)
+        # Ended without an exit status.
+        depend = attrs.get("depend", "").strip()
+        if depend:  # never ran: its afterok parent failed, or the dependency was rejected
+            return StatusInfo(JobState.FAILED, None, letter, comment=comment or f"never ran: dependency {depend} not satisfied")
+        # A subjob whose record is gone is reported from its parent as "Subjob finished|failed|terminated".
+        if substate == SUB_FAILED or comment == "Subjob failed":
+            return StatusInfo(JobState.FAILED, None, letter, comment=comment)
+        if comment == "Subjob terminated":
+            return StatusInfo(JobState.CANCELLED, None, letter, comment=comment)
+        if comment == "Subjob finished":
+            return StatusInfo(JobState.DONE, 0, letter, comment=comment)
+        # Torque's C, or a job moved to another server that finished there: the exit-code file decides.
+        return StatusInfo(JobState.UNKNOWN, None, letter, ended=True, comment=comment)
+
+    def _array_outcomes(self, run: Run, parents: List[str], known: Dict[str, StatusInfo]) -> Dict[str, StatusInfo]:
+        """A finished array is as good as its worst subjob: read them (`qstat -f -x -t`)."""
+        result = run(["qstat", "-f", "-x", "-t"] + parents)
+        subjobs: Dict[str, List[Tuple[str, StatusInfo]]] = {}
+        for job, attrs in parse_full(result.out):
+            m = _ARRAY.match(_key(job))
+            if m and m.group(2):
+                subjobs.setdefault(m.group(1) + "[]", []).append((job, self.job_info(attrs)))
+        out = {}
+        for parent in parents:
+            subs = subjobs.get(_key(parent))
+            if subs:
+                out[parent] = _array_verdict(known[parent], subs)
+        return out
+
+    def exit_state(self, code: int) -> JobState:
+        if code == 0:
+            return JobState.DONE
+        if code == JOB_EXEC_KILL_WALLTIME:
+            return JobState.TIMEOUT
+        if code in KILLED_BY_QDEL:
+            return JobState.CANCELLED
+        # the script's own code; a kill for another limit (mem, vmem, cput, ncpus: -24..-28);
+        # -11 (a non-rerunnable job deleted on requeue); PBS's other start failures (-1..-30)
+        return JobState.FAILED
+
+    # ---- cancel ----------------------------------------------------------------------------
     def cancel_argv(self, job_id: str) -> List[str]:
         return ["qdel", job_id]
+
+    def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
+        # rc 0, no output: taken, the job ends asynchronously (a running job stayed R for 17 s).
+        # rc 35 `qdel: Job has finished 51.pbshead`; rc 153 `qdel: Unknown Job Id ...` (left, or
+        # finished with history off): already ended. rc 159 `qdel: Unauthorized Request  ID`.
+        text = (err or out or "").strip()
+        first = " ".join(text.splitlines()[0].split()) if text else ""
+        if rc == 0:
+            return CancelOutcome(sent=True, message=first)
+        if self.is_unknown_job_error(text):
+            return CancelOutcome(sent=False, already_ended=True, message=first)
+        return CancelOutcome(sent=False, message=first or f"qdel exited {rc} without a message")
+
+    # ---- names -----------------------------------------------------------------------------
+    def job_num(self, job_id: str) -> str:
+        """`51` for `51.pbshead`; `16.3` for the subjob `16[3].pbshead` (its log is NAME.o16.3);
+        `16` for the array `16[]` (which has no log of its own: each subjob writes one)."""
+        seq = _key(job_id)
+        m = _ARRAY.match(seq)
+        if m:
+            return m.group(1) + (f".{m.group(2)}" if m.group(2) else "")
+        return seq
+
+
+def _array_verdict(parent: StatusInfo, subs: List[Tuple[str, StatusInfo]]) -> StatusInfo:
+    bad = [(job, info) for job, info in subs if info.state in (JobState.FAILED, JobState.TIMEOUT)]
+    if bad:
+        job, info = bad[0]
+        state = JobState.FAILED if any(i.state == JobState.FAILED for _, i in bad) else JobState.TIMEOUT
+        how = f"exit status {info.exit_code}" if info.exit_code is not None else info.comment or info.state.value
+        return StatusInfo(state, info.exit_code, parent.raw, comment=f"{len(bad)} of {len(subs)} subjobs failed, first {job}: {how}")
+    deleted = [info for _, info in subs if info.state == JobState.CANCELLED]
+    if deleted or parent.state == JobState.CANCELLED:
+        comment = f"{len(deleted)} of {len(subs)} subjobs deleted" if deleted else parent.comment
+        return StatusInfo(JobState.CANCELLED, None, parent.raw, comment=comment)
+    if parent.state == JobState.FAILED:  # the subjob records are gone, the parent remembers
+        return parent
+    if all(info.state == JobState.DONE for _, info in subs):
+        return StatusInfo(JobState.DONE, 0, parent.raw, comment=parent.comment)
+    return parent
