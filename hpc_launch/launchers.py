@@ -23,6 +23,8 @@ class Launcher:
     env_file: bool = False
     # Starts ranks on this node only.
     single_node: bool = False
+    # Renders a per-local-rank CPU list (the profile's launch.cpu_bind).
+    cpu_bind: bool = False
 
     @property
     def template(self) -> str:
@@ -39,7 +41,7 @@ _LAUNCHERS: Dict[str, Launcher] = {entry.name: entry for entry in (
     Launcher("deepspeed-openmpi", "DeepSpeed's launcher driving mpirun (the ABCI 2.0 tutorial)",
              "OMPI_COMM_WORLD_*", ".deepspeed_env (turned into mpirun -x)", deepspeed_cli=True, env_file=True),
     Launcher("mpirun", "Open MPI mpirun, one rank per GPU", "OMPI_COMM_WORLD_*", "mpirun -x NAME"),
-    Launcher("mpiexec", "MPICH/PALS mpiexec (Polaris), one rank per GPU", "PMI_RANK, PALS_LOCAL_RANKID", "mpiexec --envall"),
+    Launcher("mpiexec", "MPICH/PALS mpiexec (Polaris), one rank per GPU", "PMI_RANK, PALS_LOCAL_RANKID", "mpiexec --envall", cpu_bind=True),
     Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)",
              "torchrun's RANK/LOCAL_RANK (node rank from OMPI_COMM_WORLD_RANK)", "mpirun -x NAME"),
     Launcher("srun", "Slurm srun, one task per GPU", "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", "srun (whole environment)"),

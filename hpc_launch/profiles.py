@@ -22,6 +22,7 @@ from msgspec import Meta, Struct
 
 from .dialects import names as dialect_names
 from .errors import ProfileError
+from .launchers import get as launcher_entry
 from .launchers import names as launcher_names
 from .paths import clusters_dirs
 from .walltime import parse_walltime
@@ -161,7 +162,7 @@ class Launch(_Strict):
     # Variables the site's modules set that break the launcher: `unset NAME` before it runs
     # (Miyabi: nv-hpcx's OMPI_MCA_mca_base_env_list makes Open MPI 4 refuse `mpirun -x`).
     unset_env: List[str] = []
-    # CPUs for each local rank, rank i gets entry i (the cores nearest GPU i); mpiexec only.
+    # CPUs for each local rank, rank i gets entry i (the cores nearest GPU i); launchers with cpu_bind.
     cpu_bind: List[str] = []
 
     def __post_init__(self):
@@ -171,8 +172,8 @@ class Launch(_Strict):
         for cpus in self.cpu_bind:
             if not _CPU_LIST.match(cpus):
                 raise ValueError(f"cpu_bind: {cpus!r} is not a CPU list such as 24-31 or 0,32")
-        if self.cpu_bind and self.launcher != "mpiexec":
-            raise ValueError(f"cpu_bind is rendered by the mpiexec launcher only, not {self.launcher}")
+        if self.cpu_bind and not launcher_entry(self.launcher).cpu_bind:
+            raise ValueError(f"cpu_bind is not rendered by the {self.launcher} launcher")
 
 
 class Profile(_Strict):
@@ -244,6 +245,9 @@ def _read_yaml(path: Path) -> Dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ProfileError(f"{path} line {line}: not valid UTF-8 (byte {exc.object[exc.start]:#04x})", hint="save the file as UTF-8") from None
     try:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
@@ -277,19 +281,26 @@ def _add(found: _Found, raw: Dict[str, Any], path: Path) -> str:
 
 
 @lru_cache(maxsize=4)
-def _discover(dirs: Tuple[Path, ...]) -> _Found:
+def _discover(dirs: Tuple[Path, ...]) -> Tuple[_Found, Dict[str, ProfileError]]:
+    """Every profile found, and the files that could not be read, by file name: a broken user
+    override breaks only the cluster it is named after, never the others."""
     found: _Found = {}
+    broken: Dict[str, ProfileError] = {}
     for directory in dirs:
         if directory.is_dir():
             for path in sorted(directory.glob("*.yaml")):
-                _add(found, _read_yaml(path), path)
-    return found
+                try:
+                    _add(found, _read_yaml(path), path)
+                except ProfileError as exc:
+                    broken[path.stem] = exc
+    return found, broken
 
 
-def _all(profile_file: Optional[str] = None) -> Tuple[_Found, Optional[str]]:
-    found = dict(_discover(tuple(clusters_dirs())))
+def _all(profile_file: Optional[str] = None) -> Tuple[_Found, Optional[str], Dict[str, ProfileError]]:
+    discovered, broken = _discover(tuple(clusters_dirs()))
+    found = dict(discovered)
     added = _add(found, _read_yaml(Path(profile_file)), Path(profile_file)) if profile_file else None
-    return found, added
+    return found, added, broken
 
 
 def _resolve_raw(name: str, found: _Found, seen: Tuple[str, ...] = ()) -> Tuple[Dict[str, Any], List[Path]]:
@@ -336,13 +347,16 @@ def _validate(raw: Dict[str, Any], sources: List[Path]) -> Profile:
 
 
 def available() -> List[str]:
-    return sorted(_all()[0])
+    found, _, broken = _all()
+    return sorted(set(found) | set(broken))
 
 
 def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
     """The resolved profile `name`; `profile_file` (the --profile option) is merged last."""
-    found, added = _all(profile_file)
+    found, added, broken = _all(profile_file)
     name = name or added or "local"
+    if name in broken:
+        raise broken[name]
     if name not in found:
         import difflib
 
@@ -354,5 +368,5 @@ def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
 
 
 def sources_of(name: str, *, profile_file: Optional[str] = None) -> List[Path]:
-    found, _ = _all(profile_file)
+    found = _all(profile_file)[0]
     return list(_resolve_raw(name, found)[1]) if name in found else []

@@ -148,8 +148,6 @@ def submit_flags(job: ResolvedJob) -> List[str]:
     flags: List[str] = []
     if job.group and p.group.where == "submit":
         flags += shlex.split(fill(p.group.flag, job.placeholders()))
-    if job.pass_env and p.dialect in ("pbspro", "gridengine"):
-        flags += ["-v", ",".join(job.pass_env)]  # names only: qsub copies the values from its environment
     return flags + dialects.get(p.dialect).submit_flags(job.name)
 
 
@@ -182,7 +180,7 @@ def script_name(job: ResolvedJob, stamp: str) -> str:
 def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
     if job.script:
         return q(job.script)
-    return Sh("--module train" if deepspeed_launcher else "-m train")
+    return Sh('"$HPC_TRAIN"')  # set by the script from the installed package (templates/body/job.sh.j2)
 
 
 def render(job: ResolvedJob, *, stamp: str) -> JobScript:

@@ -19,9 +19,9 @@ UPDATE = os.environ.get("HPC_LAUNCH_UPDATE_GOLDEN") == "1"
 
 # One realistic request per site (the first is the issue's own example).
 CASES = {
-    "abci": JobSpec(cluster="abci", nodes=9, group="gcb50389"),
-    "abci2": JobSpec(cluster="abci2", nodes=9, group="gcb50389", name="tutorial", walltime="0:7:00"),
-    "miyabi": JobSpec(cluster="miyabi", nodes=2, group="gc64", queue="short-g"),
+    "abci": JobSpec(cluster="abci", nodes=9, group="gcb50389", venv="/groups/gcb50389/venv"),
+    "abci2": JobSpec(cluster="abci2", nodes=9, group="gcb50389", name="tutorial", walltime="0:7:00", venv="/work/project/work"),
+    "miyabi": JobSpec(cluster="miyabi", nodes=2, group="gc64", queue="short-g", venv="/work/gc64/venv"),
     "polaris": JobSpec(cluster="polaris", nodes=2, group="datascience", walltime="30m"),
     "thetagpu": JobSpec(cluster="thetagpu", nodes=2, group="SDL_Workshop", walltime="0:10:00"),
     "slurm": JobSpec(cluster="slurm", nodes=4, queue=None, env={"WANDB_MODE": "offline"}),
@@ -66,7 +66,7 @@ def test_abci_script_is_what_an_abci3_user_would_submit():
     assert lines[0] == "#!/bin/bash"
     directives = [l for l in lines if l.startswith("#PBS ")]
     assert "#PBS -q rt_HF" in directives
-    assert "#PBS -l select=9:mpiprocs=8" in directives
+    assert "#PBS -l select=9:mpiprocs=8:ompthreads=12" in directives and "#PBS -l place=scatter" in directives
     assert "#PBS -P gcb50389" in directives
     assert "#PBS -k oed" in directives and "#PBS -j oe" in directives
     # directives form one block at the top: PBS stops reading them at the first command

@@ -29,6 +29,9 @@ def stubs(tmp_path):
         p = d / name
         p.write_text(f"#!/bin/sh\necho '{LAUNCHED}'\n")
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    # the job asks python where the shipped entrypoint is
+    (d / "python").write_text("#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n")
+    (d / "python").chmod(0o755)
     (d / "venv" / "bin").mkdir(parents=True)
     (d / "venv" / "bin" / "activate").write_text("# stand-in\n")
     return d
@@ -36,7 +39,8 @@ def stubs(tmp_path):
 
 def _script(cluster: str, tmp: Path, stubs: Path, **spec) -> Path:
     # no site module system here: the site's `module` init line and loads are left out
-    profile = msgspec.structs.replace(profiles.load(cluster), modules=profiles.Modules())
+    profile = profiles.load(cluster)
+    profile = msgspec.structs.replace(profile, modules=profiles.Modules(), python=msgspec.structs.replace(profile.python, modules=[]))
     job = resolve(JobSpec(cluster=cluster, workdir=str(tmp), venv=str(stubs / "venv"), group="g1", modules=[], **spec), profile)
     path = tmp / "job.sh"
     path.write_text(render(job, stamp="t").text)

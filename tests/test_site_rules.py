@@ -255,7 +255,7 @@ def test_own_script_does_not_get_the_profile_train_args():
     ("queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_wall: '3:00:00'}]}}\n", ["tiers", "max_wall", "not a known key"]),
     ("paths: {LD_LIBRARY_PATH: ['/a:/b']}\n", ["paths.LD_LIBRARY_PATH", "one directory"]),
     ("launch: {cpu_bind: ['0-7; reboot']}\n", ["launch", "not a CPU list"]),
-    ("launch: {launcher: mpirun, cpu_bind: ['0-7']}\n", ["launch", "mpiexec launcher only"]),
+    ("launch: {launcher: mpirun, cpu_bind: ['0-7']}\n", ["launch", "not rendered by the mpirun launcher"]),
 ])
 def test_bad_site_rules_in_a_profile_name_file_and_key(tmp_path, yaml_text, words):
     bad = tmp_path / "polaris.yaml"

@@ -73,7 +73,7 @@ def test_project_config_supplies_defaults_and_options_override(tmp_path, hpc_lau
     assert "#PBS -l select=2:mpiprocs=8" in r.stdout  # option wins
     assert "#PBS -P gcb50389" in r.stdout and "#PBS -l walltime=02:00:00" in r.stdout  # config supplies
     assert "export WANDB_MODE=offline" in r.stdout
-    assert "-m train --zero 3 --steps 5" in r.stdout
+    assert "\"$HPC_TRAIN\" --zero 3 --steps 5" in r.stdout
 
 
 def test_project_config_unknown_key_is_refused(tmp_path, hpc_launch_bin):

@@ -25,7 +25,7 @@ class Cobalt(Dialect):
     job_num_expr = "${COBALT_JOBID}"
     nodelist_shell = 'awk \'!seen[$0]++\' "$COBALT_NODEFILE"'
 
-    def submit_argv(self, script_path, *, submit_flags=(), program=None):
+    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
         # Script mode; Cobalt also requires the execute bit (the submitter sets mode 0755).
         return list(program or [self.submit_program]) + ["--mode", "script"] + list(submit_flags) + [script_path]
 

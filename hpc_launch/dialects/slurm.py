@@ -32,7 +32,7 @@ class Slurm(Dialect):
     job_num_expr = "${SLURM_JOB_ID}"
     nodelist_shell = 'scontrol show hostnames "$SLURM_JOB_NODELIST"'
 
-    def submit_argv(self, script_path, *, submit_flags=(), program=None):
+    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
         return list(program or [self.submit_program]) + ["--parsable"] + list(submit_flags) + [script_path]
 
     def parse_submit(self, out: str) -> str:

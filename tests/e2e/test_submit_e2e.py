@@ -94,8 +94,13 @@ def test_slurm_two_nodes_submit_follow_done(hpc_launch_bin, testbed, shared_work
 
 
 def test_slurm_rendered_generic_profile_passes_sbatch_test_only(hpc_launch_bin, testbed, shared_workdir):
+    # the pods have 2 CPUs: say so, as a user says how many CPUs their nodes have (--cpus-per-task)
+    config = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "clusters"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "slurm.yaml").write_text("node: {cpus: 2}\n")
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     r = cli("submit", "--cluster", "slurm", "--nodes", "2", "--gpus-per-node", "0", "--login", "local", "--dry-run", check=True)
+    assert "#SBATCH --cpus-per-task=2\n" in r.stdout
     script = shared_workdir / "generic.sh"
     script.write_text(r.stdout)
     ok = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, cwd=shared_workdir)

@@ -1,6 +1,7 @@
 #!/bin/bash
 #PBS -q rt_HF
-#PBS -l select=9:mpiprocs=8
+#PBS -l select=9:mpiprocs=8:ompthreads=12
+#PBS -l place=scatter
 #PBS -l walltime=01:00:00
 #PBS -N train
 #PBS -j oe
@@ -12,15 +13,17 @@ set -Eeo pipefail
 
 # --- job identity, log and exit-code file ---
 JOB_ID=${PBS_JOBID:?not inside a PBS job}
-JOB_NUM=${PBS_JOBID%%.*}
+JOB_NUM="${PBS_JOBID%%[.[]*}${PBS_ARRAY_INDEX:+.$PBS_ARRAY_INDEX}"
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 9 node(s) x 8 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 9 node(s) x 8 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
@@ -28,9 +31,20 @@ set +u  # module and conda scripts read unset variables
 source /etc/profile.d/modules.sh
 module load cuda/12.6/12.6.1 cudnn/9.10/9.10.2 nccl/2.25/2.25.1-1 hpcx/2.20
 
+# --- python environment ---
+set +u
+module load python/3.12/3.12.9  # the python the virtualenv was made with
+# shellcheck source=/dev/null
+source /groups/gcb50389/venv/bin/activate
+
 # --- environment ---
 export NCCL_SOCKET_IFNAME=bond0
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -40,11 +54,21 @@ else  # hpc-launch not installed on the compute nodes: the same, in plain shell
   awk '!seen[$0]++' "$PBS_NODEFILE" | awk -v n=8 '{print $1 " slots=" n}' > "$HOSTFILE"
 fi
 NNODES=$(wc -l < "$HOSTFILE")
+if [ "$NNODES" -lt 9 ]; then
+  # e.g. PBS packed several chunks on one host (select without place=scatter): a smaller
+  # world than asked would train "successfully" on the wrong number of nodes.
+  echo "[hpc-launch] error: the scheduler's node list has $NNODES distinct host(s) but the job asked for 9; not launching (check the placement directive, e.g. PBS -l place=scatter)" >&2
+  exit 3
+fi
 WORLD_SIZE=$((NNODES * 8))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
-MASTER_ADDR=$(ip -4 -o addr show dev bond0 | awk '{split($4, a, "/"); print a[1]; exit}')
+MASTER_ADDR=$(ip -4 -o addr show dev bond0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}' || true)
+if [ -z "$MASTER_ADDR" ]; then
+  echo "[hpc-launch] error: network interface" bond0 "(profile key net_if) has no IPv4 address on $(hostname); this node has: $(cd /sys/class/net && echo *)" >&2
+  exit 3
+fi
 # a port per job, so two jobs sharing a node do not collide
 MASTER_PORT=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
 export MASTER_ADDR MASTER_PORT
@@ -54,4 +78,4 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 # --- launch: Open MPI, one rank per GPU; the entrypoint maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE/LOCAL_RANK ---
 mpirun -np "$WORLD_SIZE" --npernode 8 -hostfile "$HOSTFILE" \
   -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME \
-  -bind-to none -map-by slot -mca pml ob1 -mca btl self,tcp -mca btl_tcp_if_include bond0 python3 -u -m train --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200
+  -bind-to none -map-by slot -mca pml ob1 -mca btl self,tcp -mca btl_tcp_if_include bond0 python -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200

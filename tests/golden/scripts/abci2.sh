@@ -15,18 +15,31 @@ JOB_NUM=${JOB_ID}
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/tutorial.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=tutorial-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 9 node(s) x 4 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 9 node(s) x 4 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
 # shellcheck source=/dev/null
 source /etc/profile.d/modules.sh
-module load python/3.11/3.11.9 cuda/11.7/11.7.1 cudnn/8.9/8.9.7 hpcx-mt/2.12
+module load cuda/11.7/11.7.1 cudnn/8.9/8.9.7 hpcx-mt/2.12
+
+# --- python environment ---
+set +u
+module load python/3.11/3.11.9  # the python the virtualenv was made with
+# shellcheck source=/dev/null
+source /work/project/work/bin/activate
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -36,6 +49,12 @@ else  # hpc-launch not installed on the compute nodes: the same, in plain shell
   if [ -n "${SGE_JOB_HOSTLIST:-}" ]; then cat "$SGE_JOB_HOSTLIST"; else awk '{print $1}' "$PE_HOSTFILE"; fi | awk '!seen[$0]++' | awk -v n=4 '{print $1 " slots=" n}' > "$HOSTFILE"
 fi
 NNODES=$(wc -l < "$HOSTFILE")
+if [ "$NNODES" -lt 9 ]; then
+  # e.g. PBS packed several chunks on one host (select without place=scatter): a smaller
+  # world than asked would train "successfully" on the wrong number of nodes.
+  echo "[hpc-launch] error: the scheduler's node list has $NNODES distinct host(s) but the job asked for 9; not launching (check the placement directive, e.g. PBS -l place=scatter)" >&2
+  exit 3
+fi
 WORLD_SIZE=$((NNODES * 4))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
@@ -58,4 +77,4 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   echo "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
-deepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --launcher_args '--mca btl_tcp_if_include bond0' --module train --model resnet50 --data synthetic --zero 2 --precision fp16 --micro-batch 64 --steps 200
+deepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --launcher_args '--mca btl_tcp_if_include bond0' "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision fp16 --micro-batch 64 --steps 200

@@ -9,11 +9,13 @@ JOB_NUM=${HPC_LAUNCH_JOB_ID:-$$}
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 1 node(s) x 2 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 1 node(s) x 2 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- python environment ---
 set +u
@@ -23,6 +25,11 @@ source /opt/venv/bin/activate
 # --- environment ---
 export OMP_NUM_THREADS=1
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -39,4 +46,4 @@ export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- launch: DeepSpeed launcher, 2 rank(s) on this node ---
-deepspeed --num_gpus 2 --master_port "$MASTER_PORT" --module train --model smallcnn --data digits --epochs 5 --micro-batch 32 --lr 3e-3 --zero 2 --log-every 10
+deepspeed --num_gpus 2 --master_port "$MASTER_PORT" "$HPC_TRAIN" --model smallcnn --data digits --epochs 5 --micro-batch 32 --lr 3e-3 --zero 2 --log-every 10

@@ -1,6 +1,7 @@
 #!/bin/bash
 #PBS -q short-g
 #PBS -l select=2:mpiprocs=1
+#PBS -l place=scatter
 #PBS -l walltime=01:00:00
 #PBS -N train
 #PBS -j oe
@@ -11,27 +12,43 @@ set -Eeo pipefail
 
 # --- job identity, log and exit-code file ---
 JOB_ID=${PBS_JOBID:?not inside a PBS job}
-JOB_NUM=${PBS_JOBID%%.*}
+JOB_NUM="${PBS_JOBID%%[.[]*}${PBS_ARRAY_INDEX:+.$PBS_ARRAY_INDEX}"
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 # This site's scheduler log may appear only at the end: keep a live copy beside it.
 exec > >(tee -a "$HPC_LAUNCH_LOG.live") 2>&1
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 1 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 1 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
 module purge
 module load cuda/12.8 cudnn/9.10.1.4 nvidia/25.3 nv-hpcx/25.3
 
+# --- python environment ---
+set +u
+module load python/3.10.16  # the python the virtualenv was made with
+# shellcheck source=/dev/null
+source /work/gc64/venv/bin/activate
+
 # --- environment ---
 export NCCL_IB_DISABLE=0
 export NCCL_SOCKET_IFNAME=ibP2s2
+
+# --- set by the site's modules, but the launcher refuses them ---
+unset OMPI_MCA_mca_base_env_list
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -41,6 +58,12 @@ else  # hpc-launch not installed on the compute nodes: the same, in plain shell
   awk '!seen[$0]++' "$PBS_NODEFILE" | awk -v n=1 '{print $1 " slots=" n}' > "$HOSTFILE"
 fi
 NNODES=$(wc -l < "$HOSTFILE")
+if [ "$NNODES" -lt 2 ]; then
+  # e.g. PBS packed several chunks on one host (select without place=scatter): a smaller
+  # world than asked would train "successfully" on the wrong number of nodes.
+  echo "[hpc-launch] error: the scheduler's node list has $NNODES distinct host(s) but the job asked for 2; not launching (check the placement directive, e.g. PBS -l place=scatter)" >&2
+  exit 3
+fi
 WORLD_SIZE=$((NNODES * 1))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
@@ -57,4 +80,4 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 mpirun -np "$NNODES" --map-by ppr:1:node -hostfile "$HOSTFILE" \
   -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE \
   bash -c 'exec torchrun --nnodes "$1" --nproc_per_node "$2" --node_rank "$OMPI_COMM_WORLD_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${@:3}"' \
-  torchrun-node "$NNODES" 1 -m train --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200
+  torchrun-node "$NNODES" 1 "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200

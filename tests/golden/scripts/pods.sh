@@ -9,12 +9,19 @@ JOB_NUM=${HPC_LAUNCH_JOB_ID:-$$}
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 3 node(s) x 1 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 3 node(s) x 1 rank(s), script $HPC_LAUNCH_SCRIPT"
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python3 -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python3 || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -24,7 +31,11 @@ WORLD_SIZE=$((NNODES * 1))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
-MASTER_ADDR=$(ip -4 -o addr show dev eth0 | awk '{split($4, a, "/"); print a[1]; exit}')
+MASTER_ADDR=$(ip -4 -o addr show dev eth0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}' || true)
+if [ -z "$MASTER_ADDR" ]; then
+  echo "[hpc-launch] error: network interface" eth0 "(profile key net_if) has no IPv4 address on $(hostname); this node has: $(cd /sys/class/net && echo *)" >&2
+  exit 3
+fi
 # a port per job, so two jobs sharing a node do not collide
 MASTER_PORT=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
 export MASTER_ADDR MASTER_PORT
@@ -44,4 +55,4 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
 export DS_ENV_FILE
 export PDSH_RCMD_TYPE=ssh
 # --no_ssh_check and --master_addr: otherwise DeepSpeed runs a plain `ssh host` that ignores the pdsh ssh options
-deepspeed --hostfile "$HOSTFILE" --launcher pdsh --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --ssh_port 22 --module train --model resnet50 --data synthetic --zero 1 --micro-batch 32 --steps 200
+deepspeed --hostfile "$HOSTFILE" --launcher pdsh --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --ssh_port 22 "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --micro-batch 32 --steps 200

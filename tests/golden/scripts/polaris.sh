@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/bin/bash -l
 #PBS -q debug-scaling
 #PBS -l select=2:system=polaris
 #PBS -l place=scatter
@@ -14,15 +14,17 @@ set -Eeo pipefail
 
 # --- job identity, log and exit-code file ---
 JOB_ID=${PBS_JOBID:?not inside a PBS job}
-JOB_NUM=${PBS_JOBID%%.*}
+JOB_NUM="${PBS_JOBID%%[.[]*}${PBS_ARRAY_INDEX:+.$PBS_ARRAY_INDEX}"
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
@@ -35,9 +37,22 @@ set +u
 conda activate base
 
 # --- environment ---
+export FI_CXI_DEFAULT_CQ_SIZE=131072
+export FI_CXI_DISABLE_HOST_REGISTER=1
+export FI_MR_CACHE_MONITOR=userfaultfd
+export NCCL_COLLNET_ENABLE=1
+export NCCL_CROSS_NIC=1
+export NCCL_NET='AWS Libfabric'
+export NCCL_NET_GDR_LEVEL=PHB
 export http_proxy=http://proxy.alcf.anl.gov:3128
 export https_proxy=http://proxy.alcf.anl.gov:3128
+export LD_LIBRARY_PATH=/soft/libraries/hwloc/lib:/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python3 -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python3 || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -47,6 +62,12 @@ else  # hpc-launch not installed on the compute nodes: the same, in plain shell
   awk '!seen[$0]++' "$PBS_NODEFILE" | awk -v n=4 '{print $1 " slots=" n}' > "$HOSTFILE"
 fi
 NNODES=$(wc -l < "$HOSTFILE")
+if [ "$NNODES" -lt 2 ]; then
+  # e.g. PBS packed several chunks on one host (select without place=scatter): a smaller
+  # world than asked would train "successfully" on the wrong number of nodes.
+  echo "[hpc-launch] error: the scheduler's node list has $NNODES distinct host(s) but the job asked for 2; not launching (check the placement directive, e.g. PBS -l place=scatter)" >&2
+  exit 3
+fi
 WORLD_SIZE=$((NNODES * 4))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
@@ -60,5 +81,6 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 # --- launch: MPICH/PALS mpiexec, one rank per GPU; the entrypoint maps PMI_RANK/PALS_LOCAL_RANKID ---
 NODELIST="$WORKDIR/nodes_$JOB_NUM"
 awk '{print $1}' "$HOSTFILE" > "$NODELIST"
-mpiexec --envall -n "$WORLD_SIZE" --ppn 4 --hostfile "$NODELIST" --depth 16 --cpu-bind depth \
-  python3 -u -m train --model resnet50 --data synthetic --zero 1 --precision bf16 --micro-batch 64 --steps 200
+# local rank i uses GPU i and is bound to the CPUs nearest it (profile launch.cpu_bind)
+mpiexec --envall -n "$WORLD_SIZE" --ppn 4 --hostfile "$NODELIST" --cpu-bind list:24-31:16-23:8-15:0-7 \
+  python3 -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --precision bf16 --micro-batch 64 --steps 200

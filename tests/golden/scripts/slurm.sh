@@ -2,6 +2,7 @@
 #SBATCH --job-name=train
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=8
 #SBATCH --gpus-per-node=4
 #SBATCH --time=01:00:00
 #SBATCH --output=train.o%j
@@ -15,15 +16,22 @@ JOB_NUM=${SLURM_JOB_ID}
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 4 node(s) x 4 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 4 node(s) x 4 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- environment ---
 export WANDB_MODE=offline
 set -u
+
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python3 -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python3 || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
 
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
@@ -33,6 +41,12 @@ else  # hpc-launch not installed on the compute nodes: the same, in plain shell
   scontrol show hostnames "$SLURM_JOB_NODELIST" | awk -v n=4 '{print $1 " slots=" n}' > "$HOSTFILE"
 fi
 NNODES=$(wc -l < "$HOSTFILE")
+if [ "$NNODES" -lt 4 ]; then
+  # e.g. PBS packed several chunks on one host (select without place=scatter): a smaller
+  # world than asked would train "successfully" on the wrong number of nodes.
+  echo "[hpc-launch] error: the scheduler's node list has $NNODES distinct host(s) but the job asked for 4; not launching (check the placement directive, e.g. PBS -l place=scatter)" >&2
+  exit 3
+fi
 WORLD_SIZE=$((NNODES * 4))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
@@ -44,5 +58,10 @@ export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- launch: srun, one task per GPU; the entrypoint maps SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID ---
+# Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: hand it on, so a rank on a
+# shared node gets its CPUs instead of one
+if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+  export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK" OMP_NUM_THREADS="${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}"
+fi
 srun --kill-on-bad-exit=1 --nodes="$NNODES" --ntasks-per-node=4 \
-  python3 -u -m train --model resnet50 --data synthetic --zero 2 --micro-batch 64 --steps 200
+  python3 -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --micro-batch 64 --steps 200

@@ -14,11 +14,13 @@ JOB_NUM=${COBALT_JOBID}
 WORKDIR=/work/project
 cd "$WORKDIR"
 HPC_LAUNCH_LOG="$WORKDIR"/"${JOB_ID}".output
-# The exit code lands beside the log, so the job's end is known after the scheduler forgets it.
-trap 'echo "$?" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
+# the script's name beside it tells this job's file from an earlier job's with the same number.
+HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
+trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 8 rank(s)"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 8 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
@@ -29,6 +31,11 @@ set +u
 conda activate base
 set -u
 
+# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
+HPC_TRAIN=$(cd / && python3 -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
+  || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python3 || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
+
 # --- DeepSpeed hostfile: one `host slots=N` line per node, in node order ---
 HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
 if command -v hpc-launch >/dev/null 2>&1; then
@@ -37,6 +44,12 @@ else  # hpc-launch not installed on the compute nodes: the same, in plain shell
   awk '!seen[$0]++' "$COBALT_NODEFILE" | awk -v n=8 '{print $1 " slots=" n}' > "$HOSTFILE"
 fi
 NNODES=$(wc -l < "$HOSTFILE")
+if [ "$NNODES" -lt 2 ]; then
+  # e.g. PBS packed several chunks on one host (select without place=scatter): a smaller
+  # world than asked would train "successfully" on the wrong number of nodes.
+  echo "[hpc-launch] error: the scheduler's node list has $NNODES distinct host(s) but the job asked for 2; not launching (check the placement directive, e.g. PBS -l place=scatter)" >&2
+  exit 3
+fi
 WORLD_SIZE=$((NNODES * 8))
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
@@ -50,4 +63,4 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 # --- launch: Open MPI, one rank per GPU; the entrypoint maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE/LOCAL_RANK ---
 mpirun -np "$WORLD_SIZE" --npernode 8 -hostfile "$HOSTFILE" \
   -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH \
-  -x PYTHONUSERBASE -x http_proxy -x https_proxy python3 -u -m train --model resnet50 --data synthetic --zero 1 --precision fp16 --micro-batch 64 --steps 200
+  -x PYTHONUSERBASE -x http_proxy -x https_proxy python3 -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --precision fp16 --micro-batch 64 --steps 200
