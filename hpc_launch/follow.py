@@ -48,8 +48,18 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, summary: 
         if summary:
             collected.append(text)
 
+    def on_reconnect(reason: str, delay: float) -> None:
+        if status is not None:
+            status.stop()
+        sys.stderr.write(f"hpc-launch: lost contact with {record.host} ({reason}); trying again in {delay:.0f} s (the job is not affected)\n")
+
     try:
-        final = follow(transport, record.log_path, state=state_poller(transport, record, store, on_comment=on_comment), write=write, on_wait=on_wait, script=record.script_name)
+        final = follow(transport, record.log_path, state=state_poller(transport, record, store, on_comment=on_comment),
+                       write=write, on_wait=on_wait, script=record.script_name, on_reconnect=on_reconnect)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\nhpc-launch: stopped following; job {record.job_id} keeps running on {record.cluster}. "
+                         f"Reattach: hpc-launch logs -f {record.job_id}   Stop it: hpc-launch cancel {record.job_id}\n")
+        return 130
     finally:
         if status is not None:
             status.stop()

@@ -162,6 +162,7 @@ class NeverRuns(HpcLaunchError):
     """The scheduler says the job can never start: following it would wait forever."""
 
     exit_code = 1
+    final = True  # a follower stops at once (not a transient query failure)
 
 
 def state_poller(transport, record: JobRecord, store: Optional[JobStore] = None,

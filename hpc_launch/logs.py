@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-from hpc_launch.errors import HpcLaunchError
+from hpc_launch.errors import HpcLaunchError, TransportError
 from hpc_launch.metrics_line import summarise
 from hpc_launch.states import JobState
 from hpc_launch.transport import Transport
@@ -25,6 +25,10 @@ STATE_INTERVAL_MIN = 1.0
 STATE_INTERVAL_MAX = 10.0
 STATE_BACKOFF = 1.5
 MAX_STATE_FAILURES = 5     # consecutive failed state queries tolerated (one bad qstat must not end a follow)
+# A dropped connection (sshd restarted, laptop asleep) is retried with backoff this long before
+# the follow gives up; the job itself is not affected either way.
+RECONNECT_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+RECONNECT_GIVE_UP_S = 600.0
 _CHUNK = 1 << 20
 
 
@@ -100,10 +104,12 @@ class LogTail:
 
 def follow(transport: Transport, path: str, *, state: Callable[[], JobState], write: Callable[[str], None],
            on_wait: Optional[Callable[[float], None]] = None, poll_interval: float = 0.2,
-           stop: Optional[threading.Event] = None, script: Optional[str] = None) -> JobState:
+           stop: Optional[threading.Event] = None, script: Optional[str] = None,
+           on_reconnect: Optional[Callable[[str, float], None]] = None) -> JobState:
     """Stream the log to `write` until the job ends and the log is drained; return the final state.
 
     `on_wait(seconds)` is called on every poll while the log does not exist yet (job queued).
+    `on_reconnect(reason, delay)` is called when the connection dropped and is retried.
     If `stop` is set, returns the last state seen (UNKNOWN if none).
     """
     stop = stop or threading.Event()
@@ -113,8 +119,24 @@ def follow(transport: Transport, path: str, *, state: Callable[[], JobState], wr
     interval = STATE_INTERVAL_MIN
     next_query = started  # ask once at the start: the job may be long finished
     failures = 0
+    lost_since: Optional[float] = None
+    drops = 0
     while not stop.is_set():
-        text = tail.read_new()
+        try:
+            text = tail.read_new()
+        except TransportError as exc:
+            now = time.monotonic()
+            lost_since = lost_since or now
+            if now - lost_since >= RECONNECT_GIVE_UP_S:
+                raise
+            delay = RECONNECT_BACKOFF[min(drops, len(RECONNECT_BACKOFF) - 1)]
+            drops += 1
+            if on_reconnect is not None:
+                on_reconnect(exc.message, delay)
+            log.debug("log read failed (%s, attempt %d); retrying in %.0f s", exc, drops, delay)
+            stop.wait(delay)
+            continue
+        lost_since, drops = None, 0
         if text:
             write(text)
         elif not tail.exists and on_wait is not None:
@@ -126,7 +148,7 @@ def follow(transport: Transport, path: str, *, state: Callable[[], JobState], wr
                 failures = 0
             except HpcLaunchError as exc:
                 failures += 1
-                if failures >= MAX_STATE_FAILURES:
+                if failures >= MAX_STATE_FAILURES or getattr(exc, "final", False):
                     raise
                 log.warning("job state query failed (%s); will retry", exc)
                 current = last_state

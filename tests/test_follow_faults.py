@@ -1,0 +1,71 @@
+"""`logs -f` across faults: the SSH server going away and coming back (issue 8)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import hpc_launch.logs as logs
+from hpc_launch.logs import follow
+from hpc_launch.states import JobState
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    from sshd import start_sshd
+
+    handle = start_sshd(tmp_path / "sshd")
+    yield handle
+    handle.stop()
+
+
+def test_follow_over_ssh_reconnects_after_sshd_drops_and_loses_no_line(own_server, tmp_path, monkeypatch):
+    from hpc_launch.transport import SSHTransport
+
+    monkeypatch.setattr(logs, "RECONNECT_BACKOFF", (0.2, 0.4, 0.8))
+    path = tmp_path / "job.log"
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "with open(sys.argv[1], 'a') as f:\n"
+        "    for i in range(40):\n"
+        "        f.write(f'line {i}\\n'); f.flush(); time.sleep(0.1)\n"
+    ), str(path)])
+    t = SSHTransport(own_server.alias, ssh_config=str(own_server.ssh_config), retries=0)
+    received, drops = [], []
+
+    def cut():  # sshd and every connection it holds go away for a second, then it is back
+        time.sleep(1.0)
+        own_server.stop()
+        time.sleep(1.0)
+        own_server.start()
+
+    cutter = threading.Thread(target=cut)
+    cutter.start()
+    try:
+        final = follow(t, str(path), state=lambda: JobState.DONE if writer.poll() is not None else JobState.RUNNING,
+                       write=received.append, poll_interval=0.05, on_reconnect=lambda reason, delay: drops.append(reason))
+    finally:
+        cutter.join()
+        t.close()
+    assert final is JobState.DONE
+    assert drops, "the connection never dropped: the test did not test anything"
+    assert "".join(received) == "".join(f"line {i}\n" for i in range(40))
+
+
+def test_follow_gives_up_after_the_reconnect_budget(tmp_path, monkeypatch):
+    from hpc_launch.errors import TransportError
+
+    class Gone:
+        host = "nowhere"
+
+        def size(self, path):
+            raise TransportError("cannot connect to nowhere")
+
+    monkeypatch.setattr(logs, "RECONNECT_BACKOFF", (0.01,))
+    monkeypatch.setattr(logs, "RECONNECT_GIVE_UP_S", 0.1)
+    with pytest.raises(TransportError):
+        follow(Gone(), str(tmp_path / "x"), state=lambda: JobState.RUNNING, write=lambda s: None, poll_interval=0.01)
