@@ -179,7 +179,7 @@ def script_name(job: ResolvedJob, stamp: str) -> str:
 
 def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
     if job.script:
-        return q(job.script)
+        return path_expr(job.script)
     return Sh('"$HPC_TRAIN"')  # set by the script from the installed package (templates/body/job.sh.j2)
 
 
@@ -187,8 +187,10 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
     p = job.profile
     dialect = dialects.get(p.dialect)
     name = script_name(job, stamp)
-    script_path = f"{job.workdir.rstrip('/')}/{SCRIPT_DIR}/{name}"
-    log_prefix = f"{job.workdir.rstrip('/')}/{job.name}.o"  # where a dialect with no scheduler logs
+    # The submit command runs in the work dir: relative paths keep it the same whether the work
+    # dir is absolute, `~/...` or resolved only on the login node (dry-run == submission).
+    script_path = f"{SCRIPT_DIR}/{name}"
+    log_prefix = f"{job.name}.o"  # where a dialect with no scheduler logs
     argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=submit_flags(job), log_prefix=log_prefix), p.commands)
     launcher = launchers.get(p.launch.launcher)
 
@@ -209,6 +211,8 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         log_name=log_name,
         tee=p.log.live == "tee",
         modules_init=Sh(p.modules.init) if p.modules.init else None,
+        venv_path=path_expr(job.venv) if job.venv else None,
+        conda_env=(path_expr(job.conda) if "/" in job.conda else q(job.conda)) if job.conda else None,
         conda_setup=Sh(p.python.conda_setup) if p.python.conda_setup else None,
         nodelist_shell=Sh(dialect.nodelist_shell),
         launcher=launcher,

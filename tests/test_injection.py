@@ -40,9 +40,11 @@ printf '%s' "${CHECK_VAR-unset}" > "$out.env"
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory):
     d = tmp_path_factory.mktemp("stubs")
-    for name in ("deepspeed", "hostname"):
+    stub_text = {"deepspeed": STUB, "hostname": "#!/bin/sh\necho stubhost\n",
+                 "python": "#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n"}  # where the entrypoint is
+    for name, text in stub_text.items():
         p = d / name
-        p.write_text(STUB if name == "deepspeed" else "#!/bin/sh\necho stubhost\n")
+        p.write_text(text)
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
     (d / "venv" / "bin").mkdir(parents=True)
     (d / "venv" / "bin" / "activate").write_text("# a stand-in virtualenv: activation changes nothing\n")
@@ -88,7 +90,9 @@ def test_user_script_path_is_one_argument(script, stubs, tmp_path_factory):
     spec = JobSpec(cluster="local", nodes=1, script=script, train_args=[], workdir=str(tmp))
     argv, _ = _run_local(spec, stubs, tmp)
     assert not mark.exists()
-    assert argv[-1] == script
+    # `~` and `~/...` mean the home directory, as in the shell (the job's HOME is tmp here)
+    expected = str(tmp) + script[1:] if script == "~" or script.startswith("~/") else script
+    assert argv[-1] == expected
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -19,7 +19,7 @@ _LAUNCH = (
     'setsid bash -c \'echo "$$"; exec >"$1$$" 2>&1 </dev/null; '
     'HPC_LAUNCH_JOB_ID=$$ exec bash "$2"\' hpc-launch-job "$1" "$2" &'
 )
-MARKER = "/.hpc-launch/"  # every script we start lives under WORKDIR/.hpc-launch/
+MARKER = ".hpc-launch/"  # every script we start lives under WORKDIR/.hpc-launch/
 
 
 class NoScheduler(Dialect):

@@ -1,0 +1,81 @@
+"""What `--dry-run` prints is byte for byte the script that is submitted (the time stamp aside),
+whatever the form of the work dir: relative, `~`-based, or the remote default over SSH.
+
+Real submissions: the `local` cluster starts the job on this machine, and over SSH through a
+real sshd on 127.0.0.1 (tests/sshd.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envutil import scheduler_env_cleared
+
+STAMP = re.compile(r"\d{8}-\d{6}-\d{3}")
+
+
+def _env(tmp: Path, **extra):
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(tmp / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp / "config"), **extra)
+    return env
+
+
+def _run(bin_path, args, cwd, env):
+    return subprocess.run([bin_path, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _same_but_stamp(dry: str, submitted: str):
+    assert STAMP.sub("STAMP", dry) == STAMP.sub("STAMP", submitted)
+
+
+def _wait_for(path: Path, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return path.exists()
+
+
+@pytest.mark.parametrize("workdir_form", ["relative", "tilde"])
+def test_dry_run_is_the_submitted_script_here(hpc_launch_bin, tmp_path, workdir_form):
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    (home / "hello.py").write_text("print('hello from the job')\n")
+    env = _env(tmp_path, HOME=str(home))
+    workdir = "runs/a" if workdir_form == "relative" else "~/runs/a"
+    args = ["submit", "--cluster", "local", "--script", "~/hello.py", "--workdir", workdir]
+    dry = _run(hpc_launch_bin, [*args, "--dry-run"], home, env)
+    assert dry.returncode == 0, dry.stderr
+    real = _run(hpc_launch_bin, args, home, env)
+    assert real.returncode == 0, real.stderr
+    scripts = list((home / "runs" / "a" / ".hpc-launch").glob("*.sh"))
+    assert len(scripts) == 1
+    _same_but_stamp(dry.stdout, scripts[0].read_text())
+    job_id = real.stdout.strip()
+    log = home / "runs" / "a" / f"train.o{job_id}"
+    assert _wait_for(Path(str(log) + ".exitcode"))
+    assert "hello from the job" in log.read_text()  # `~/hello.py` was the user's file, not a literal "~"
+
+
+def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, server):
+    remote = f".hpc-launch-test-{uuid.uuid4().hex[:8]}"  # relative: under the remote user's home
+    env = _env(tmp_path, HPC_LAUNCH_SSH_CONFIG=str(server.ssh_config))
+    args = ["submit", "--cluster", "local", "--login", server.alias, "--workdir", remote,
+            "--script", "/bin/true", "--venv", str(Path(shutil.which("python3")).parent.parent)]
+    dry = _run(hpc_launch_bin, [*args, "--dry-run"], tmp_path, env)
+    assert dry.returncode == 0, dry.stderr
+    assert f'WORKDIR="$HOME"/{remote}' in dry.stdout
+    real = _run(hpc_launch_bin, args, tmp_path, env)
+    try:
+        assert real.returncode == 0, real.stderr
+        scripts = list((Path.home() / remote / ".hpc-launch").glob("*.sh"))
+        assert len(scripts) == 1
+        _same_but_stamp(dry.stdout, scripts[0].read_text())
+    finally:
+        shutil.rmtree(Path.home() / remote, ignore_errors=True)
