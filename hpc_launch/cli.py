@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
 from typing import List, Optional
 
-import typer
+
+def _interrupted_while_starting(signum, frame):
+    raise SystemExit(130)  # Ctrl-C before any command ran: nothing to undo, nothing to say
+
+
+if __name__ in ("hpc_launch.cli", "__main__"):
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import typer  # noqa: E402  (after the handler: importing it is most of the start-up time)
 
 from .errors import HpcLaunchError
 
@@ -113,13 +122,20 @@ def submit(
     if dry_run:
         sys.stdout.write(prepared.script.text)
         sys.stdout.flush()
-        sys.stderr.write(f"# script: {prepared.script_path}\n# submit: {prepared.submit_display()}\n")
+        sys.stderr.write(f"# script: {prepared.script_path}\n{prepared.submit_display()}\n")
         return
-    from .submit import submit as do_submit
+    from .jobs import submit as submit_job
 
-    record = do_submit(prepared)
-    print(record.job_id)
-    sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+    def announce(record) -> None:  # runs before Ctrl-C is let through: the id is always printed
+        print(record.job_id, flush=True)
+        sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+
+    try:
+        record = submit_job(prepared, on_recorded=announce)
+    except KeyboardInterrupt:
+        sys.stderr.write("hpc-launch: interrupted after the job was submitted and recorded: it keeps running "
+                         "(`hpc-launch list` shows it)\n")
+        raise typer.Exit(130) from None
     if follow:
         from .follow import follow_job
 
@@ -281,14 +297,15 @@ def _jobs_table(records) -> None:
 def status(
     job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+    json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
-    from .records import JobStore
     from .jobs import refresh
+    from .records import JobStore
 
     store = JobStore()
     records = [store.get(j, cluster) for j in job_ids] if job_ids else store.list(cluster=cluster, active_only=True)
-    _jobs_table(refresh(store, records, _transport_for))
+    _show_jobs(refresh(store, records, _transport_for), json_)
 
 
 @app.command("list")
@@ -297,17 +314,32 @@ def list_jobs(
     active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
     refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
     limit: int = typer.Option(50, "--limit", "-l"),
+    json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """The jobs hpc-launch has submitted, newest first."""
-    from .records import JobStore
-
     from .jobs import refresh, refresh_is_cheap
+    from .records import JobStore
 
     store = JobStore()
     records = store.list(cluster=cluster, active_only=active, limit=limit)
     # jobs on this machine with no scheduler cost one local `ps`: always show their real state
     records = refresh(store, records if refresh_ else [r for r in records if refresh_is_cheap(r)], _transport_for, keep=records)
-    _jobs_table(records)
+    _show_jobs(records, json_)
+
+
+# Stable keys of `list --json` / `status --json` (documented in docs/commands.md): add, never rename.
+JOB_JSON_KEYS = ("job_id", "cluster", "name", "state", "exit_code", "comment", "submit_time", "end_time",
+                 "host", "workdir", "log_path", "script_path", "dialect")
+
+
+def _show_jobs(records, as_json: bool) -> None:
+    if as_json:
+        import json
+
+        rows = [{key: getattr(r, key) for key in JOB_JSON_KEYS} for r in records]
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        _jobs_table(records)
 
 
 @app.command()
@@ -336,6 +368,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     from typer.main import get_command
 
     command = get_command(app)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is KeyboardInterrupt
     try:
         rc = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="hpc-launch", standalone_mode=False)
     except HpcLaunchError as exc:

@@ -1,4 +1,9 @@
-"""A job's life after submission: its state, its end, its cancel. One policy for all dialects.
+"""A job's life: its submission, its state, its end, its cancel. One policy for all dialects.
+
+Submission is exact: the job store is checked before anything is written; Ctrl-C waits from the
+submit command until the record is written; a failure that may have created the job (a lost
+connection, a scheduler timeout) is never retried blindly: the scheduler is asked whether this
+submission's job exists (its script's name is unique), and a job that exists is recorded.
 
 Who decides a job's state, in order:
 1. the scheduler, while it knows the job (ONE query per cluster for all its tracked jobs,
@@ -16,16 +21,27 @@ failure, not a cancel.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
 
-from . import dialects
+from . import dialects, secrets
 from .dialects import StatusInfo
-from .errors import HpcLaunchError
+from .errors import HpcLaunchError, SchedulerError, SpecError, StoreError, TransportError
 from .logs import read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
+
+if TYPE_CHECKING:
+    from .submit import Prepared
+
+LOCAL = "localhost"
+SUBMIT_ATTEMPTS = 3
 
 # Polling schedule of a follower or `status --watch`: quick at first, then gentle on the
 # controller (submitit-style backoff; never one query per job per second).
@@ -241,3 +257,215 @@ def _ended_line(job_id: str, got: Outcome, verb: str) -> str:
     code = f" with exit code {got.exit_code}" if got.exit_code is not None else ""
     why = f" ({got.comment})" if got.comment else ""
     return f"job {job_id} {verb}: {got.state.value}{code}{why}"
+
+
+# ---------------------------------------------------------------------------------------------
+# submit
+
+
+class NotRecorded(HpcLaunchError):
+    """The job exists but the store could not record it: the message says how to adopt it."""
+
+    exit_code = 3
+
+
+@contextmanager
+def signals_held() -> Iterator[List[int]]:
+    """SIGINT/SIGTERM/SIGHUP wait until the block ends: between the scheduler's answer and the
+    record, an interrupt would leave a job nobody knows of. Yields the signals that came."""
+    caught: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in held}
+    try:
+        yield caught
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _find_submitted(dialect, transport, cwd: str, script_relpath: str) -> Optional[str]:
+    """The id of the job this submission created, if the scheduler shows one; None if it cannot tell."""
+    try:
+        return dialect.find_submitted(lambda argv: transport.run(argv, cwd=cwd, timeout=60), script_relpath)
+    except HpcLaunchError:
+        return None
+
+
+def run_submit(transport, argv: List[str], cwd: str, dialect, *, env=None, script_relpath: str = "",
+               sleep: Callable[[float], None] = time.sleep) -> str:
+    """Run the submit command and return the job id. A clear refusal is retried only when it says
+    "try later"; anything that may have created the job first asks the scheduler for it."""
+    delay = 1.0
+    last_err = ""
+    rc = 0
+    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        try:
+            result = transport.run(argv, cwd=cwd, env=env, timeout=120)
+        except TransportError as exc:
+            if not getattr(exc, "maybe_ran", False):
+                raise
+            found = _find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
+            if found:
+                return found
+            raise TransportError(
+                f"lost contact while submitting on {transport.host}: the job may or may not exist",
+                hint=f"look for a job running {script_relpath} in the scheduler's queue; `hpc-launch adopt` records it") from None
+        if result.rc == 0:
+            try:
+                return dialect.parse_submit(result.out)
+            except SchedulerError:
+                found = _find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
+                if found:  # a site wrapper printed something unexpected, but the job exists
+                    return found
+                raise
+        rc = result.rc
+        last_err = (result.err or result.out).strip()
+        if dialect.is_transient(last_err):
+            # "Socket timed out" and the like: the scheduler may have created the job anyway
+            found = _find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
+            if found:
+                return found
+            if attempt < SUBMIT_ATTEMPTS:
+                sleep(delay)
+                delay *= 2
+                continue
+        break
+    first = last_err.splitlines()[0] if last_err else f"exit code {rc}"
+    raise SchedulerError(f"{argv[0]} refused the job: {first}")
+
+
+def record_for(profile, dialect, *, job_id: str, host: str, name: str, workdir: str, script_path: str,
+               submit_argv: List[str]) -> JobRecord:
+    """The record of a submitted (or adopted) job: every path on `host`, absolute."""
+    from .render import fill
+
+    log_path = f"{workdir}/{fill(profile.log.name, {'name': name, 'job_id': job_id, 'job_num': dialect.job_num(job_id)})}"
+    return JobRecord(
+        job_id=job_id, cluster=profile.name, dialect=profile.dialect, host=host,
+        name=name, workdir=workdir, script_path=script_path,
+        log_path=log_path + (".live" if profile.log.live == "tee" else ""),
+        exit_path=log_path + ".exitcode", submit_time=time.time(),
+        # with no scheduler the job starts at once
+        state=(JobState.QUEUED if dialect.has_scheduler else JobState.RUNNING).value,
+        submit_argv=list(submit_argv),
+        extra={"commands": dict(profile.commands)} if profile.commands else {},
+    )
+
+
+def _check_inputs(transport, prepared: "Prepared", workdir: str) -> None:
+    """What the job needs where it will run, checked before anything is written there."""
+    job = prepared.job
+    where = "here" if prepared.host == LOCAL else f"on {prepared.host}"
+    if job.venv and transport.size(f"{transport.resolve_path(job.venv)}/bin/activate") is None:
+        raise SpecError(f"--venv {job.venv}: there is no {job.venv}/bin/activate {where}",
+                        hint=f"create it {where} (python3 -m venv {job.venv} && {job.venv}/bin/pip install 'hpc-launch[train]') or pass another --venv")
+    if job.script and not prepared.uploads:
+        path = job.script if job.script.startswith(("/", "~")) else f"{workdir}/{job.script}"
+        if transport.size(transport.resolve_path(path)) is None:
+            raise SpecError(f"--script {job.script}: no such file {where}", hint="give the path of your training script as the job will see it")
+
+
+def submit(prepared: "Prepared", *, transport=None, store: Optional[JobStore] = None,
+           sleep: Callable[[float], None] = time.sleep,
+           on_recorded: Optional[Callable[[JobRecord], None]] = None) -> JobRecord:
+    """Write the script where it will run, submit it, record it. Returns the JobRecord.
+
+    `on_recorded` runs while interrupts are still held (the CLI prints the job id there)."""
+    from .transport import open_transport
+
+    job = prepared.job
+    profile = job.profile
+    dialect = dialects.get(profile.dialect)
+    store = store or JobStore()
+    store.check_writable()  # a store that cannot take the record refuses before anything exists
+    own_transport = transport is None
+    transport = transport or open_transport(None if prepared.host == LOCAL else prepared.host)
+    try:
+        # the script names the work dir as rendered (`~/x` is "$HOME"/x in it); the record keeps
+        # that host's absolute path
+        workdir = transport.resolve_path(job.workdir)
+        _check_inputs(transport, prepared, workdir)
+        script_path = f"{workdir}/{prepared.script.script_relpath}"
+        written: List[str] = []
+        # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
+        # the submit command runs without them, so no scheduler keeps a copy
+        secrets_path = secrets.path_for(script_path) if job.pass_env else None
+        try:
+            for local_path, relpath in prepared.uploads:
+                try:
+                    with open(local_path, encoding="utf-8") as fh:
+                        text = fh.read()
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise SpecError(f"--script {local_path}: cannot send it with the job ({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
+                                    hint="give a Python script, or the path of one already on the cluster") from None
+                _write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
+            _write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
+            if secrets_path:
+                transport.put_private(secrets_path, secrets.encode(secrets.collect(job.pass_env)))
+                written.append(secrets_path)
+            with signals_held() as caught:
+                job_id = run_submit(transport, prepared.script.submit_argv, workdir, dialect,
+                                    env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
+                record = record_for(profile, dialect, job_id=job_id, host=prepared.host, name=job.name, workdir=workdir,
+                                    script_path=script_path, submit_argv=prepared.script.submit_argv)
+                _add_or_explain(store, record, prepared)
+                if on_recorded is not None:
+                    on_recorded(record)
+        except NotRecorded:
+            raise
+        except BaseException:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
+            for path in reversed(written):
+                _discard(transport, path)
+            raise
+        if caught:
+            raise KeyboardInterrupt  # after the record: the job is known, the interrupt still counts
+        return record
+    finally:
+        if own_transport:
+            transport.close()
+
+
+def _write(transport, path: str, text: str, mode: int, written: List[str], host: str) -> None:
+    try:
+        transport.put_text(path, text, mode=mode)
+    except OSError as exc:
+        where = "here" if host == LOCAL else f"on {host}"
+        raise SpecError(f"cannot write {path} {where}: {exc.strerror or exc}",
+                        hint="pass --workdir with a directory you can write, with free space") from None
+    written.append(path)
+
+
+def _add_or_explain(store: JobStore, record: JobRecord, prepared: "Prepared") -> None:
+    try:
+        store.add(record)
+    except StoreError as exc:
+        import shlex
+
+        adopt = ["hpc-launch", "adopt", record.job_id, "--cluster", record.cluster, "--workdir", record.workdir,
+                 "--name", record.name, "--script", record.script_path]
+        if record.host != LOCAL:
+            adopt += ["--login", record.host]
+        raise NotRecorded(f"job {record.job_id} was submitted but could not be recorded ({exc.message})",
+                          hint=f"once the store works again: {shlex.join(adopt)}") from None
+
+
+def _discard(transport, path: Optional[str]) -> None:
+    """Remove a file after a failed submit; say so if it stays (the original error is the news)."""
+    if not path:
+        return
+    try:
+        transport.remove(path)
+    except Exception as exc:  # a lost connection: the user must know a file was left
+        sys.stderr.write(f"hpc-launch: warning: could not remove {path} on {transport.host} ({exc}): remove it yourself\n")
+
+
+def adopt(store: JobStore, profile, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> JobRecord:
+    """Record a job that exists but has no record (the store failed, or a lost connection)."""
+    dialect = dialects.get(profile.dialect)
+    record = record_for(profile, dialect, job_id=job_id, host=host, name=name, workdir=workdir.rstrip("/"),
+                        script_path=script_path, submit_argv=[])
+    store.add(record)
+    return record

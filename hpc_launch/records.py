@@ -152,6 +152,12 @@ class JobStore:
             elif current < SCHEMA_VERSION:
                 db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
+    def check_writable(self) -> None:
+        """A write that changes nothing: a store that could not take a record fails here, before
+        a job exists that it would have to record."""
+        with self._write() as db:
+            db.execute("UPDATE schema_version SET version = version")
+
     def add(self, rec: JobRecord) -> None:
         """Record a submitted job. Schedulers reuse ids (PBS and Grid Engine wrap around), so a
         new job with a recorded (cluster, job_id) replaces the old record."""

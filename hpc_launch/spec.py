@@ -55,7 +55,7 @@ class JobSpec:
     conda: Optional[str] = None
     hosts: Optional[List[str]] = None  # pods: the node list
     login: Optional[str] = None
-    pass_env: List[str] = field(default_factory=list)  # names handed to the job by the scheduler, never written
+    pass_env: List[str] = field(default_factory=list)  # names whose values reach the job in a 0600 file, never written in the script
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -298,15 +298,23 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     for key in env:
         if _SECRET.search(key):
             raise SpecError(f"--env {key}=... would write a secret into the job script",
-                            hint=f"export {key} in your shell and pass --pass-env {key}: the scheduler hands it to the job")
+                            hint=f"export {key} in your shell and pass --pass-env {key}: it reaches the job in a file only you can read")
+    # --pass-env values travel in a 0600 file the job reads and deletes (hpc_launch/secrets.py)
     pass_env = list(dict.fromkeys(spec.pass_env or []))
     for key in pass_env:
         if not _ENV_KEY.match(key):
             raise SpecError(f"--pass-env {key!r} is not a variable name")
+        if key.upper().startswith("HPC_LAUNCH_"):
+            raise SpecError(f"--pass-env {key}: names starting with HPC_LAUNCH_ belong to the job script", hint="pass the value under another name")
+        if key in env:
+            raise SpecError(f"{key} is given both as --env (or in the profile's env:) and as --pass-env", hint=f"drop one of them; a secret belongs in --pass-env {key}")
         if key not in os.environ:
             raise SpecError(f"--pass-env {key}: it is not set in this shell", hint=f"export {key}=... first")
-    if pass_env and p.dialect == "cobalt":
-        raise SpecError("--pass-env is not supported on Cobalt (its --env would show the value on the command line)")
+    if pass_env and launcher.env_file and spec.nodes > 1:
+        # DeepSpeed's multi-node runner puts what it forwards on a command line: pdsh's
+        # `export K=V; ...`, mpirun's `-x K=V` (deepspeed/launcher/multinode_runner.py)
+        raise SpecError(f"--pass-env with --nodes {spec.nodes}: the {launcher.name} launcher can hand variables to other nodes only on their command line, readable in ps by every user there",
+                        hint="use --nodes 1 (one node runs without it), or a profile with launch.launcher mpirun or srun")
 
     for line in spec.directives:
         if _CONTROL.search(line) or not line.strip():

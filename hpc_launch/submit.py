@@ -1,30 +1,28 @@
-"""Submission: JobSpec -> JobScript -> (transport) -> JobRecord.
-
-Dry-run and real submission share one path: `prepare()` builds everything a submission needs
-and `submit()` runs it. `--dry-run` is `prepare()` printed.
+"""Preparing a submission: JobSpec -> JobScript plus where it goes. `--dry-run` is `prepare()`
+printed; `jobs.submit()` runs the very same Prepared, so the two cannot differ.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Callable, List, Optional
+from typing import Optional, Tuple
 
 from . import dialects, profiles
-from .errors import SchedulerError, TransportError
-from .render import JobScript, render
+from .render import SCRIPT_DIR, JobScript, render
 from .spec import JobSpec, ResolvedJob, resolve
 
 LOCAL = "localhost"
-SUBMIT_ATTEMPTS = 3
 
 
 @dataclass
 class Prepared:
     script: JobScript
     host: str  # where the submit command runs: "localhost" or an ssh alias
+    # (local file, path relative to the work dir): the user's --script, sent along over SSH
+    uploads: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def job(self) -> ResolvedJob:
@@ -41,7 +39,8 @@ class Prepared:
 
         cmd = shlex.join(self.script.submit_argv)
         where = "" if self.host == LOCAL else f"[on {self.host} over ssh] "
-        return f"{where}cd {path_expr(self.job.workdir)} && {cmd}"
+        sends = "".join(f"# upload: {local} -> {self.job.workdir}/{rel}\n" for local, rel in self.uploads)
+        return f"{sends}# submit: {where}cd {path_expr(self.job.workdir)} && {cmd}"
 
 
 def choose_host(spec: JobSpec, profile: profiles.Profile) -> str:
@@ -56,95 +55,33 @@ def choose_host(spec: JobSpec, profile: profiles.Profile) -> str:
     return LOCAL if shutil.which(program) else profile.login
 
 
+def job_workdir(spec: JobSpec, host: str, cwd: Optional[str]) -> str:
+    """The work dir as the script will name it, the same in a dry-run and a submission: absolute
+    here; over SSH `~/...` (the script says "$HOME"/...), relative paths taken from the remote home."""
+    workdir = spec.workdir
+    if host == LOCAL:
+        return os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(workdir or ".")))
+    if not workdir:
+        return f"~/hpc-launch/{spec.name}"  # the local cwd means nothing on the remote login node
+    if workdir == "~" or workdir.startswith(("/", "~/")):
+        return workdir.rstrip("/") or "/"
+    return "~/" + workdir
+
+
 def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[str] = None, stamp: Optional[str] = None) -> Prepared:
     profile = profiles.load(spec.cluster, profile_file=profile_file)
     host = choose_host(spec, profile)
-    if host != LOCAL and not spec.workdir:
-        # the local cwd means nothing on the remote login node
-        spec.workdir = f"~/hpc-launch/{spec.name}"
-    job = resolve(spec, profile, cwd=cwd)
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-    return Prepared(script=render(job, stamp=stamp), host=host)
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def _run_submit(transport, argv: List[str], cwd: str, dialect, *, env=None, sleep: Callable[[float], None] = time.sleep):
-    """Run the submit command; retry only when the scheduler clearly refused (nothing created).
-
-    A failure after the command may have reached the scheduler (a lost connection mid-call)
-    is never retried: a second job would be worse than an error that says to check `list`.
-    """
-    delay = 1.0
-    last_err = ""
-    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
-        try:
-            result = transport.run(argv, cwd=cwd, env=env, timeout=120)
-        except TransportError as exc:
-            if getattr(exc, "maybe_ran", False):
-                raise TransportError(
-                    f"lost contact while submitting on {transport.host}: the job may or may not exist",
-                    hint="check `hpc-launch list --refresh` or the scheduler before submitting again",
-                ) from None
-            raise
-        if result.rc == 0:
-            return dialect.parse_submit(result.out)
-        last_err = (result.err or result.out).strip()
-        if attempt < SUBMIT_ATTEMPTS and dialect.is_transient(last_err):
-            sleep(delay)
-            delay *= 2
-            continue
-        break
-    first = last_err.splitlines()[0] if last_err else f"exit code {result.rc}"
-    raise SchedulerError(f"{argv[0]} refused the job: {first}")
-
-
-def submit(prepared: Prepared, *, transport=None, store=None, sleep: Callable[[float], None] = time.sleep):
-    """Write the script where it will run, submit it, record it. Returns the JobRecord."""
-    from .records import JobRecord, JobStore
-    from .transport import open_transport
-
-    job = prepared.job
-    profile = job.profile
-    dialect = dialects.get(profile.dialect)
-    own_transport = transport is None
-    transport = transport or open_transport(None if prepared.host == LOCAL else prepared.host)
-    try:
-        workdir = transport.resolve_path(job.workdir)
-        if workdir != job.workdir:
-            # re-render with the absolute path of that host so the record's paths are exact
-            job.workdir = workdir
-            job.spec.workdir = workdir
-            prepared = Prepared(script=render(job, stamp=prepared.script.stamp), host=prepared.host)
-        script_path = prepared.script_path
-        transport.put_text(script_path, prepared.script.text, mode=0o755)
-        try:
-            import os
-
-            passed = {k: os.environ[k] for k in job.pass_env}
-            job_id = _run_submit(transport, prepared.script.submit_argv, workdir, dialect, env=passed or None, sleep=sleep)
-        except Exception:
-            transport.remove(script_path)  # nothing half-done is left behind
-            raise
-        log_path = f"{workdir}/{log_name(profile, job.name, job_id, dialect)}"
-        record = JobRecord(
-            job_id=job_id, cluster=profile.name, dialect=profile.dialect, host=prepared.host,
-            name=job.name, workdir=workdir, script_path=script_path,
-            log_path=log_path + (".live" if profile.log.live == "tee" else ""),
-            exit_path=log_path + ".exitcode", submit_time=time.time(), state="queued",
-            submit_argv=list(prepared.script.submit_argv),
-            extra={"commands": dict(profile.commands)} if profile.commands else {},
-        )
-        (store or JobStore()).add(record)
-        return record
-    finally:
-        if own_transport:
-            transport.close()
-
-
-def log_name(profile: profiles.Profile, name: str, job_id: str, dialect) -> str:
-    from .render import fill
-
-    return fill(profile.log.name, {"name": name, "job_id": job_id, "job_num": dialect.job_num(job_id)})
-
+    uploads: Tuple[Tuple[str, str], ...] = ()
+    script = spec.script
+    if script and host != LOCAL and os.path.isfile(os.path.expanduser(script)):
+        # the user's script is on this machine: it goes with the job, into the job's own folder
+        local = os.path.abspath(os.path.expanduser(script))
+        script = f"{SCRIPT_DIR}/{stamp}-{os.path.basename(local)}"
+        uploads = ((local, script),)
+    elif script and host == LOCAL:
+        script = os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(script)))
+    # the caller's spec stays as it was
+    spec = replace(spec, workdir=job_workdir(spec, host, cwd), script=script)
+    job = resolve(spec, profile, cwd=cwd)
+    return Prepared(script=render(job, stamp=stamp), host=host, uploads=uploads)

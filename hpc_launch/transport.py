@@ -61,6 +61,8 @@ class Transport(Protocol):
 
     def put_text(self, path: str, text: str, mode: int = 0o644) -> None: ...
 
+    def put_private(self, path: str, data: bytes) -> None: ...
+
     def read_from(self, path: str, offset: int, limit: int = 1 << 20) -> bytes: ...
 
     def size(self, path: str) -> Optional[int]: ...
@@ -95,7 +97,9 @@ class LocalTransport:
 
     def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
         _check_env_names(env)
-        full_env = {**os.environ, **env} if env else None
+        full_env = None
+        if env:  # a None value removes the variable (--pass-env names never reach the submit command)
+            full_env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
         workdir = os.path.expanduser(cwd) if cwd else None
         if workdir is not None and not os.path.isdir(workdir):
             return CommandResult(1, "", f"cd: {cwd}: No such file or directory\n")
@@ -128,6 +132,13 @@ class LocalTransport:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+
+    def put_private(self, path, data) -> None:
+        """A new file only this user can read, 0600 from its creation (O_EXCL: never through an
+        existing file or symlink); the directory must exist."""
+        fd = os.open(self.resolve_path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
 
     def read_from(self, path, offset, limit=1 << 20) -> bytes:
         with open(self.resolve_path(path), "rb") as fh:
@@ -172,8 +183,12 @@ def wrap_remote_command(argv: Sequence[str], cwd: Optional[str] = None,
         rel = cwd[2:] if cwd.startswith("~/") else ("" if cwd == "~" else cwd)
         if rel:
             steps.append(f"cd {shlex.quote(rel)}")
-    if env:
-        steps.append("export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()))
+    unset = [k for k, v in (env or {}).items() if v is None]
+    exports = {k: v for k, v in (env or {}).items() if v is not None}
+    if unset:  # names only: a login script may export them, the submit command must not see them
+        steps.append("unset " + " ".join(unset))
+    if exports:
+        steps.append("export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in exports.items()))
     steps.append(f"exec {shlex.join(argv)}")
     inner = f"echo {SENTINEL}; echo {SENTINEL} >&2; " + " && ".join(steps)
     quoted = shlex.quote(inner)
@@ -551,8 +566,11 @@ class SSHTransport:
                         self._sftp = paramiko.SFTPClient.from_transport(self._transport())
                         self._sftp.get_channel().settimeout(max(self.connect_timeout, 30.0))
                     return op(self._sftp)
-                except (EOFError, paramiko.SSHException, socket.timeout, ConnectionError) as exc:
-                    self._drop()
+                except (EOFError, paramiko.SSHException, OSError) as exc:
+                    if (isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, socket.timeout))
+                            and self._transports and _alive(self._transports[-1])):
+                        raise  # the file's own answer (no such file, permission denied, SFTP "Failure")
+                    self._drop()  # paramiko says "Socket is closed" (an OSError without errno) when sshd went away
                     if attempt == 2:
                         raise transport_error(f"file transfer with {self.host} failed: {_describe(exc)}")
 
@@ -583,6 +601,30 @@ class SSHTransport:
                 except OSError:
                     pass
                 raise
+
+        self._with_sftp(op)
+
+    def put_private(self, path, data) -> None:
+        """A new file only this user can read: the SFTP open request itself carries mode 0600
+        (with O_EXCL), so the file never exists with wider permissions. The directory must exist."""
+        from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE, SFTPError
+        from paramiko.sftp_attr import SFTPAttributes
+        from paramiko.sftp_file import SFTPFile
+
+        path = self.resolve_path(path)
+        attrs = SFTPAttributes()
+        attrs.st_mode = 0o600
+
+        def op(sftp):
+            kind, msg = sftp._request(CMD_OPEN, path, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL, attrs)
+            if kind != CMD_HANDLE:
+                raise SFTPError("Expected handle")
+            with SFTPFile(sftp, msg.get_binary(), "wb") as fh:
+                fh.write(data)
+            if sftp.stat(path).st_mode & 0o077:  # a server that ignored the requested mode
+                sftp.remove(path)
+                raise transport_error(f"the SFTP server on {self.host} did not create {path} with mode 0600",
+                                      hint="--pass-env needs a server that honours the mode of a new file (OpenSSH does)")
 
         self._with_sftp(op)
 

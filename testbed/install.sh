@@ -13,6 +13,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 
 [ "$(id -u)" = 0 ] || tb_die "install.sh must run as root"
+# A second, unprivileged user: tests look at jobs through someone else's eyes (--pass-env secrets)
+id -u tbother >/dev/null 2>&1 || useradd -m -s /bin/bash tbother
 export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(

@@ -253,3 +253,82 @@ def test_a_job_pbs_killed_for_walltime_is_a_timeout_even_when_pbs_has_forgotten_
     got = jobs.refresh(store, [store.get("42.pbs", "c")], lambda h: t)[0]
     assert (got.state, got.exit_code) == ("timeout", 143)
     assert "walltime" in got.comment
+
+
+# ---- submission: exactly one job, recorded, whatever the scheduler's answer -----------------
+
+from hpc_launch.errors import SchedulerError, TransportError  # noqa: E402
+
+
+class SubmitTransport:
+    """Runs `sbatch` answers from a list; `squeue --me` shows the jobs "created" so far."""
+
+    host = "login"
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.created = []
+        self.submits = 0
+
+    def run(self, argv, **_kw):
+        if argv[0] == "squeue":
+            return CommandResult(0, "".join(f"{j}|{cmd}\n" for j, cmd in self.created), "")
+        self.submits += 1
+        answer = self.answers.pop(0)
+        if answer.get("creates"):
+            self.created.append((answer["creates"], "/home/u/w/.hpc-launch/train-1.sh"))
+        if answer.get("raise"):
+            raise answer["raise"]
+        return CommandResult(answer.get("rc", 0), answer.get("out", ""), answer.get("err", ""))
+
+
+def _lost(msg="connection dropped"):
+    exc = TransportError(msg)
+    exc.maybe_ran = True
+    return exc
+
+
+SLURM = dialects.get("slurm")
+TIMEOUT = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+
+
+def test_a_timeout_after_the_job_was_created_records_that_job_and_submits_nothing_more():
+    t = SubmitTransport([{"creates": "101", "rc": 1, "err": TIMEOUT}])
+    assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None) == "101"
+    assert t.submits == 1
+
+
+def test_a_timeout_that_created_nothing_is_retried():
+    t = SubmitTransport([{"rc": 1, "err": TIMEOUT}, {"creates": "102", "out": "102\n"}])
+    assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None) == "102"
+    assert t.submits == 2
+
+
+def test_a_lost_connection_asks_the_scheduler_before_saying_anything():
+    t = SubmitTransport([{"creates": "103", "raise": _lost()}])
+    assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh") == "103"
+    t = SubmitTransport([{"raise": _lost()}])
+    with pytest.raises(TransportError, match="may or may not exist"):
+        jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh")
+    assert t.submits == 1  # never re-sent
+
+
+def test_an_unreadable_answer_of_a_created_job_is_still_recorded():
+    t = SubmitTransport([{"creates": "104", "out": "sbatch: Job 104 queued (site banner)\n"}])
+    assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh") == "104"
+
+
+def test_a_clear_refusal_is_not_retried():
+    t = SubmitTransport([{"rc": 1, "err": "sbatch: error: invalid partition specified: nope"}])
+    with pytest.raises(SchedulerError, match="refused the job: sbatch: error: invalid partition"):
+        jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh")
+    assert t.submits == 1
+
+
+def test_pbs_finds_its_submission_by_the_script_qsub_was_given():
+    from pbs_fixtures import load
+
+    fx = load("014-qstat-f-never-runs")  # Submit_arguments = -q rt_HF ... sleep60.sh
+    run = lambda argv: fx.result  # noqa: E731
+    assert dialects.get("pbspro").find_submitted(run, "sleep60.sh") == "65.pbshead"
+    assert dialects.get("pbspro").find_submitted(run, "other.sh") is None

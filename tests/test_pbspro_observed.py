@@ -23,7 +23,7 @@ from hpc_launch import dialects
 from hpc_launch.dialects.pbspro import is_array, kill_reason, parse_full, parse_table, variable_list
 from hpc_launch.errors import SchedulerError
 from hpc_launch.states import JobState
-from hpc_launch.submit import _run_submit
+from hpc_launch.jobs import run_submit as _run_submit
 from hpc_launch.transport import CommandResult
 from pbs_fixtures import Fixture, Replay, all_fixtures, load
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -66,8 +67,9 @@ def test_dry_run_is_the_submitted_script_here(hpc_launch_bin, tmp_path, workdir_
 def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, server):
     remote = f".hpc-launch-test-{uuid.uuid4().hex[:8]}"  # relative: under the remote user's home
     env = _env(tmp_path, HPC_LAUNCH_SSH_CONFIG=str(server.ssh_config))
+    (tmp_path / "mine.py").write_text("print('my own script ran')\n")  # on "the laptop" only
     args = ["submit", "--cluster", "local", "--login", server.alias, "--workdir", remote,
-            "--script", "/bin/true", "--venv", str(Path(shutil.which("python3")).parent.parent)]
+            "--script", str(tmp_path / "mine.py"), "--venv", sys.prefix]
     dry = _run(hpc_launch_bin, [*args, "--dry-run"], tmp_path, env)
     assert dry.returncode == 0, dry.stderr
     assert f'WORKDIR="$HOME"/{remote}' in dry.stdout
@@ -77,5 +79,12 @@ def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, serv
         scripts = list((Path.home() / remote / ".hpc-launch").glob("*.sh"))
         assert len(scripts) == 1
         _same_but_stamp(dry.stdout, scripts[0].read_text())
+        # the script went with the job, and the job ran it
+        sent = list((Path.home() / remote / ".hpc-launch").glob("*-mine.py"))
+        assert len(sent) == 1 and sent[0].read_text() == "print('my own script ran')\n"
+        job_id = real.stdout.strip()
+        log = Path.home() / remote / f"train.o{job_id}"
+        assert _wait_for(Path(str(log) + ".exitcode"), timeout=60)
+        assert "my own script ran" in log.read_text()
     finally:
         shutil.rmtree(Path.home() / remote, ignore_errors=True)

@@ -32,8 +32,11 @@ CASES = [
     (["--cluster", "pods", "--nodes", "1", "--hosts", "a", "--env", "X=a\nb"], ["newline"]),
     (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--bogus"], ["--bogus"]),
     (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "WANDB_API_KEY=abc"], ["secret", "--pass-env WANDB_API_KEY"]),
-    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "HPC_LAUNCH_SURELY_UNSET_VAR"], ["not set", "export"]),
-    (["--cluster", "thetagpu", "--nodes", "1", "--group", "g1", "--pass-env", "HOME"], ["Cobalt"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "SURELY_UNSET_VAR_OF_HPC_LAUNCH_TESTS"], ["not set", "export"]),
+    # --pass-env: DeepSpeed's multi-node runners put forwarded values on a command line (ps)
+    (["--cluster", "pods", "--nodes", "2", "--hosts", "a,b", "--pass-env", "HOME"], ["--pass-env", "command line", "--nodes 1"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "HPC_LAUNCH_LOG"], ["HPC_LAUNCH_", "another name"]),
+    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "HOME=/x", "--pass-env", "HOME"], ["both", "--pass-env HOME"]),
     (["--cluster", "abci", "--nodes", "x"], ["nodes"]),
 ]
 
@@ -128,7 +131,10 @@ def test_clusters_lists_every_profile_and_show_resolves(hpc_launch_bin):
 def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_launch_bin):
     env = dict(scheduler_env_cleared(), MY_TOKEN="s3cr3t-value")
     r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "abci", "--nodes", "1", "--group", "g1", "--login", "local",
-                        "--pass-env", "MY_TOKEN", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=env)
+                        "--venv", "/opt/venv", "--pass-env", "MY_TOKEN", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert "qsub -v MY_TOKEN -N train" in r.stderr
+    # no `qsub -v`: it would put the value in the job's Variable_List, which every PBS user can read
+    assert "qsub -N train" in r.stderr and " -v " not in r.stderr
+    assert "    MY_TOKEN)\n" in r.stdout  # the script reads it from the secrets file (tests/test_secrets.py)
     assert "s3cr3t-value" not in r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == [], "a dry run writes nothing, the secrets file least of all"

@@ -116,6 +116,12 @@ class Dialect:
     def parse_submit(self, out: str) -> str:
         raise NotImplementedError
 
+    def find_submitted(self, run: Run, script_relpath: str) -> Optional[str]:
+        """The id of the job whose script is `script_relpath` (unique: it carries a time stamp),
+        when a submission may have created a job without saying so (a timeout, a lost
+        connection). None: no such job, or this scheduler cannot tell."""
+        return None
+
     def is_transient(self, err: str) -> bool:
         low = err.lower()
         return any(re.search(p, low) for p in TRANSIENT_PATTERNS)

@@ -159,6 +159,15 @@ class PBSPro(Dialect):
         return last_matching_line(out, r"^(\d+(?:\[\])?(?:\.[A-Za-z][\w.-]*)?)$", "qsub").group(1)
 
     # ---- status ----------------------------------------------------------------------------
+    def find_submitted(self, run: Run, script_relpath: str) -> Optional[str]:
+        # every job this user may see; ours is the one whose qsub named our (unique) script
+        result = run(["qstat", "-f"])
+        for job_id, attrs in parse_full(result.out):
+            args = attrs.get("Submit_arguments", "").split()
+            if args and (args[-1] == script_relpath or args[-1].endswith("/" + script_relpath)):
+                return job_id
+        return None
+
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:
         # Text, several ids at once: `-F json` prints only the first job when given several.
         return ["qstat", "-f", "-x"] + list(job_ids)

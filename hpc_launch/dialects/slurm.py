@@ -59,3 +59,12 @@ class Slurm(Dialect):
 
     def cancel_argv(self, job_id: str) -> List[str]:
         return ["scancel", job_id]
+
+    def find_submitted(self, run, script_relpath: str):
+        # %o is the batch script as sbatch was given it; ours carries a unique time stamp
+        result = run(["squeue", "--me", "--noheader", "--states=all", "--format=%i|%o"])
+        for line in result.out.splitlines():
+            job, _, command = line.strip().partition("|")
+            if job.isdigit() and (command == script_relpath or command.endswith("/" + script_relpath)):
+                return job
+        return None

@@ -248,3 +248,4 @@ def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_
     for path in shared_workdir.rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), f"the secret was written to {path}"
+    assert not list(shared_workdir.glob(".hpc-launch/*.secrets")), "the job must delete the file that carried it"
