@@ -343,6 +343,27 @@ def _show_jobs(records, as_json: bool) -> None:
 
 
 @app.command()
+def adopt(
+    job_id: str = typer.Argument(..., help="the scheduler's job id"),
+    cluster: str = typer.Option(..., "--cluster", "-c"),
+    workdir: str = typer.Option(..., "--workdir", help="the job's work dir (absolute, on the host that submitted it)"),
+    name: str = typer.Option("train", "--name", "-N"),
+    script: str = typer.Option("", "--script", help="the job script's path (its name tells this job's files from an earlier job's)"),
+    login: Optional[str] = typer.Option(None, "--login", help="the SSH alias it was submitted through"),
+) -> None:
+    """Record a job that exists but has no record (printed by submit when its store failed)."""
+    from . import profiles
+    from .jobs import adopt as adopt_job
+    from .records import JobStore
+
+    profile = profiles.load(cluster)
+    host = "localhost" if not login or login in ("local", "localhost") else login
+    record = adopt_job(JobStore(), profile, job_id=job_id, host=host, name=name, workdir=workdir,
+                       script_path=script or f"{workdir.rstrip('/')}/.hpc-launch/{name}.sh")
+    sys.stderr.write(f"recorded {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+
+
+@app.command()
 def cancel(
     job_id: str = typer.Argument(..., help="job id"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),

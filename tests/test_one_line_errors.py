@@ -175,3 +175,38 @@ def test_an_unexpected_error_is_one_line_and_the_traceback_is_one_variable_away(
     monkeypatch.setenv("HPC_LAUNCH_DEBUG", "1")
     with pytest.raises(RuntimeError, match="nobody foresaw"):
         cli.main(["clusters"])
+
+
+def test_a_store_that_fails_after_submission_prints_the_id_and_the_adopt_command(home, monkeypatch, capsys):
+    """The job exists; the record could not be written (disk full at that moment): the id and the
+    exact command that records it are printed, and that command works."""
+    import shlex
+
+    from hpc_launch import cli, records
+    from hpc_launch.errors import StoreError
+
+    tmp, env = home
+    for key in ("HPC_LAUNCH_STATE_DIR", "HPC_LAUNCH_CONFIG_DIR"):
+        monkeypatch.setenv(key, env[key])
+    (tmp / "work" / "quick.py").write_text("print('hi')\n")
+    real_add = records.JobStore.add
+
+    def full_disk(self, rec):
+        raise StoreError(f"cannot write the job store {self.path}: database or disk is full")
+
+    monkeypatch.setattr(records.JobStore, "add", full_disk)
+    monkeypatch.chdir(tmp / "work")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 3
+    assert "was submitted but could not be recorded" in err and "disk is full" in err
+    command = err.split("once the store works again: ", 1)[1].rstrip(")\n")
+    monkeypatch.setattr(records.JobStore, "add", real_add)
+    argv = shlex.split(command)
+    assert argv[:2] == ["hpc-launch", "adopt"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv[1:])
+    assert exit_.value.code == 0
+    rec = records.JobStore().get(argv[2], "local")
+    assert rec.workdir == str(tmp / "work") and rec.log_path.endswith(f"train.o{argv[2]}")

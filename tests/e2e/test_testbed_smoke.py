@@ -81,8 +81,17 @@ def wait_slurm_done(job_id: str) -> str:
     return wait_for(f"slurm job {job_id} to finish", lambda: (s := slurm_state(job_id)) in TERMINAL_SLURM and s)
 
 
-def file_with_text(path: Path):
-    return lambda: path.is_file() and path.stat().st_size > 0 and path.read_text()
+def file_with_text(path: Path, last: str = ""):
+    """The file's text once it has some (and, with `last`, once a complete line starting with it
+    is there): a job's output lands line by line, and under load the probe can fall in between."""
+    def probe():
+        if not (path.is_file() and path.stat().st_size > 0):
+            return False
+        text = path.read_text()
+        if last and not re.search(rf"(?m)^{re.escape(last)}.*\n", text):
+            return False
+        return text
+    return probe
 
 
 @pytest.fixture
@@ -142,7 +151,7 @@ def test_pbs_wrapper_qsub_gives_pbs_environment(workdir: Path):
     cp = run(["qsub", "-N", "x", "-j", "oe", str(script)], path_first=PBS_BIN, cwd=workdir)
     job_id = cp.stdout.strip()
     assert re.fullmatch(r"\d+", job_id), cp.stdout  # bare id: Slurm's wrapper has no ".server" suffix
-    text = wait_for("x.o<ID>", file_with_text(workdir / f"x.o{job_id}"))
+    text = wait_for("x.o<ID>", file_with_text(workdir / f"x.o{job_id}", last="NODEFILE="))
     assert f"PBS_JOBID={job_id} PBS_JOBNAME=x PBS_O_WORKDIR={workdir}" in text
     nodes = re.search(r"NODEFILE=(\S+)", text).group(1).split(",")
     assert len(nodes) == 2 and set(nodes) <= set(PODS), text
