@@ -237,6 +237,8 @@ def cancel(store: JobStore, record: JobRecord, transport, *, confirm_s: float = 
         from .errors import SchedulerError
 
         raise SchedulerError(f"could not cancel {record.job_id}: {outcome.message}")
+    # a job cancelled before it started never read (and deleted) its --pass-env file
+    _discard(transport, secrets.path_for(record.script_path))
     deadline = time.monotonic() + confirm_s
     delay = 0.5
     while True:
@@ -404,8 +406,8 @@ def submit(prepared: "Prepared", *, transport=None, store: Optional[JobStore] = 
                 _write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
             _write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
             if secrets_path:
+                written.append(secrets_path)  # first: a write that fails halfway is removed too
                 transport.put_private(secrets_path, secrets.encode(secrets.collect(job.pass_env)))
-                written.append(secrets_path)
             with signals_held() as caught:
                 job_id = run_submit(transport, prepared.script.submit_argv, workdir, dialect,
                                     env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
