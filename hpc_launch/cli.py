@@ -99,6 +99,7 @@ def submit(
     profile: Optional[str] = typer.Option(None, "--profile", help="an extra cluster profile YAML file, merged last"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"),
     follow: bool = typer.Option(False, "--follow", "-f", help="follow the log until the job ends; exit with its exit code"),
+    show_all: bool = typer.Option(False, "--all", "-a", help="with --follow: every line, the frameworks' chatter too (the log file always has it)"),
 ) -> None:
     """Render the job script for a cluster and submit it (or print it with --dry-run)."""
     from pathlib import Path
@@ -139,7 +140,7 @@ def submit(
     if follow:
         from .follow import follow_job
 
-        raise typer.Exit(follow_job(record))
+        raise typer.Exit(follow_job(record, show_all=show_all))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +254,8 @@ def _transport_for(host: str):
 def logs(
     job_id: str = typer.Argument(..., help="job id (as printed by submit)"),
     follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
-    summary: bool = typer.Option(False, "--summary", "-s", help="last loss, samples/s and memory from the training lines"),
+    summary: bool = typer.Option(False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"),
+    show_all: bool = typer.Option(False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="when the id exists on several clusters"),
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
@@ -264,16 +266,20 @@ def logs(
     if follow_:
         from .follow import follow_job
 
-        raise typer.Exit(follow_job(record, store=store, summary=summary))
+        raise typer.Exit(follow_job(record, store=store, show_all=show_all))
     from .follow import read_whole_log
-    from .logs import format_summary, summarise_log
 
     try:
         text = read_whole_log(record)
     except FileNotFoundError:
         raise HpcLaunchError(f"the log {record.log_path} does not exist yet (job {record.state})", hint=f"`hpc-launch logs -f {job_id}` waits for it") from None
     if summary:
-        sys.stdout.write(format_summary(summarise_log(text)) + "\n")
+        from .follow import summary_block
+        from .jobs import refresh
+        from .states import JobState
+
+        record = refresh(store, [record], _transport_for)[0]
+        sys.stdout.write(summary_block(record, text, JobState(record.state), record.exit_code) + "\n")
     else:
         sys.stdout.write(text)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import List, Optional
 
-from .logs import LogTail, follow, format_summary, read_exit_code, summarise_log
+from .display import LogFilter, format_summary, summarise
+from .logs import LogTail, follow, read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import state_poller
@@ -18,7 +19,9 @@ def _exit_code(state: JobState, code: Optional[int]) -> int:
     return 0 if state == JobState.DONE else 1
 
 
-def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, summary: bool = False) -> int:
+def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all: bool = False) -> int:
+    """Stream the job's log (filtered: `show_all` for everything) until it ends, then print its
+    summary; returns the job's exit code for the process to exit with."""
     store = store or JobStore()
     transport = open_transport(None if record.host == "localhost" else record.host)
     status = None
@@ -26,8 +29,9 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, summary: 
         from rich.console import Console
 
         status = Console(stderr=True).status(f"{record.job_id} queued: waiting for {record.log_path}")
-    collected = []
-    said = {"comment": record.comment}
+    collected: List[str] = []
+    shown = LogFilter(show_all=show_all)
+    said = {"comment": record.comment, "note": None}
 
     def on_wait(seconds: float) -> None:
         if status is not None:
@@ -41,12 +45,20 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, summary: 
             sys.stderr.write(f"hpc-launch: {record.job_id}: the scheduler says: {comment}\n")
 
     def write(text: str) -> None:
-        if status is not None:
-            status.stop()
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        if summary:
-            collected.append(text)
+        collected.append(text)
+        visible = shown.feed(text)
+        if visible:
+            if status is not None:
+                status.stop()
+            sys.stdout.write(visible)
+            sys.stdout.flush()
+        if shown.note != said["note"]:
+            said["note"] = shown.note
+            if shown.note and status is not None:
+                status.update(f"{record.job_id}: {shown.note}")
+                status.start()
+            elif shown.note:
+                sys.stderr.write(f"hpc-launch: {shown.note}\n")
 
     def on_reconnect(reason: str, delay: float) -> None:
         if status is not None:
@@ -63,13 +75,28 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, summary: 
     finally:
         if status is not None:
             status.stop()
+    sys.stdout.write(shown.flush())
     rec = store.get(record.job_id, record.cluster)
     code = rec.exit_code if rec.exit_code is not None else read_exit_code(transport, record.exit_path, record.script_name)
+    sys.stderr.write(summary_block(rec, "".join(collected), final, code) + "\n")
     why = f" ({rec.comment})" if rec.comment else ""
     sys.stderr.write(f"hpc-launch: job {record.job_id} {final.value}" + (f" with exit code {code}" if code is not None else "") + why + "\n")
-    if summary:
-        sys.stderr.write(format_summary(summarise_log("".join(collected))) + "\n")
     return _exit_code(final, code)
+
+
+def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional[int]) -> str:
+    """The end-of-job block; for a job that did not finish well, doctor's cause and fix too."""
+    s = summarise(log_text, state=state.value, exit_code=code, log_path=rec.log_path,
+                  submit_time=rec.submit_time, end_time=rec.end_time)
+    if state in (JobState.FAILED, JobState.TIMEOUT):
+        s.cause = diagnosis_lines(log_text, rec, code)
+    return format_summary(s, rec.job_id)
+
+
+def diagnosis_lines(log_text: str, rec: JobRecord, code: Optional[int]) -> List[str]:
+    from .doctor import diagnose, summary_lines
+
+    return summary_lines(diagnose(log_text, exit_code=code, comment=rec.comment, state=rec.state))
 
 
 def read_whole_log(record: JobRecord) -> str:

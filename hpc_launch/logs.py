@@ -1,4 +1,4 @@
-"""Follow a job's log on the login node (here or over SSH) and summarise its training metrics.
+"""Follow a job's log on the login node (here or over SSH).
 
 Polling is split by cost: the log file is stat'ed every `poll_interval` (cheap, and what makes
 new lines appear quickly), while the scheduler is asked for the job state at most every
@@ -15,7 +15,6 @@ import time
 from typing import Callable, Dict, Optional
 
 from hpc_launch.errors import HpcLaunchError, TransportError
-from hpc_launch.metrics_line import summarise
 from hpc_launch.states import JobState
 from hpc_launch.transport import Transport
 
@@ -175,33 +174,6 @@ def _drain(tail: LogTail, write: Callable[[str], None], poll_interval: float) ->
             quiet_reads += 1
             if quiet_reads < 2:
                 time.sleep(poll_interval)
-
-
-def summarise_log(text: str) -> Dict[str, float]:
-    """The last value of each training metric found in the log."""
-    return summarise(text.splitlines())
-
-
-def format_summary(d: Dict[str, float]) -> str:
-    """One line such as `step 120 | loss 2.3012 | 153.2 samples/s (avg 150.1) | mem 3.20 GB (peak 4.10 GB)`."""
-    if not d:
-        return "no training metrics in the log yet"
-    parts = []
-    if "step" in d:
-        parts.append(f"step {d['step']}" + (f" (epoch {d['epoch']})" if "epoch" in d else ""))
-    if "loss" in d:
-        parts.append(f"loss {d['loss']:.4f}")
-    if "samples_per_sec" in d or "avg_samples_per_sec" in d:
-        cur = f"{d['samples_per_sec']:.1f} samples/s" if "samples_per_sec" in d else "samples/s"
-        avg = f" (avg {d['avg_samples_per_sec']:.1f})" if "avg_samples_per_sec" in d else ""
-        parts.append(cur + avg)
-    if "mem_alloc_gb" in d or "mem_peak_gb" in d:
-        cur = f"mem {d['mem_alloc_gb']:.2f} GB" if "mem_alloc_gb" in d else "mem"
-        peak = f" (peak {d['mem_peak_gb']:.2f} GB)" if "mem_peak_gb" in d else ""
-        parts.append(cur + peak)
-    if "lr" in d:
-        parts.append(f"lr {d['lr']:.3g}")
-    return " | ".join(parts)
 
 
 def read_exit_code(transport: Transport, exit_path: str, script: Optional[str] = None) -> Optional[int]:

@@ -10,8 +10,7 @@ import time
 import pytest
 
 from hpc_launch.errors import SchedulerError
-from hpc_launch.logs import LogTail, follow, format_summary, read_exit_code, summarise_log
-from hpc_launch.metrics_line import format_step_line
+from hpc_launch.logs import LogTail, follow, read_exit_code
 from hpc_launch.states import JobState
 from hpc_launch.transport import LocalTransport
 
@@ -131,22 +130,6 @@ def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch
     with pytest.raises(SchedulerError):
         follow(LocalTransport(), str(path), state=broken, write=lambda s: None, poll_interval=0.01)
     assert len(broken_calls) == logs.MAX_STATE_FAILURES
-
-
-def test_summary_of_our_lines_and_deepspeed_lines():
-    text = "\n".join([
-        "booting",
-        format_step_line(step=10, loss=2.5, samples_per_sec=100.0, avg_samples_per_sec=90.0),
-        "[Rank 0] step=11, RunningAvgSamplesPerSec=95.5, CurrSamplesPerSec=120.25, MemAllocated=3.2GB, "
-        "MaxMemAllocated=4.1GB",
-        format_step_line(step=12, loss=2.25),
-    ])
-    d = summarise_log(text)
-    assert d["step"] == 12 and d["loss"] == 2.25
-    assert d["samples_per_sec"] == 120.25 and d["avg_samples_per_sec"] == 95.5
-    line = format_summary(d)
-    assert line == "step 12 | loss 2.2500 | 120.2 samples/s (avg 95.5) | mem 3.20 GB (peak 4.10 GB)"
-    assert "no training metrics" in format_summary(summarise_log("nothing here\n"))
 
 
 @pytest.mark.parametrize("content,expected", [

@@ -165,7 +165,8 @@ def run(args) -> int:
     if args.checkpoint_dir and last_saved != step:
         checkpoint.save(engine, args.checkpoint_dir, step, meta)
     wall = time.perf_counter() - started
-    say(f"training finished: steps={step} wall_s={wall:.1f}")
+    # ended_at lets `hpc-launch logs --summary` split the job's time into start-up and training
+    say(f"training finished: steps={step} wall_s={wall:.1f} ended_at={time.time():.0f}")
 
     if data.val is not None and not args.no_eval:
         from .evaluate import accuracy, eval_line
