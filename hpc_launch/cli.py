@@ -24,14 +24,44 @@ import typer  # noqa: E402  (after the handler: importing it is most of the star
 
 from .errors import HpcLaunchError
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+COMPLETE_VAR = "_HPC_LAUNCH_COMPLETE"  # the shell's completion function calls us back with it set
+
 app = typer.Typer(
-    add_completion=False,
+    add_completion=False,  # `hpc-launch completion SHELL` instead: no extra options on every command
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
     help="Render, submit and follow DeepSpeed jobs on named clusters (ABCI, Miyabi, Polaris, Slurm, pods, local).",
 )
-clusters_app = typer.Typer(help="List the known clusters, or show one resolved.", invoke_without_command=True)
+clusters_app = typer.Typer(help="List the known clusters, or show one resolved.", invoke_without_command=True,
+                           context_settings=HELP_OPTIONS)
 app.add_typer(clusters_app, name="clusters")
+
+
+def _complete_clusters(incomplete: str) -> List[str]:
+    from . import profiles
+
+    return [name for name in profiles.available() if name.startswith(incomplete)]
+
+
+def _complete_jobs(incomplete: str) -> List[str]:
+    from .records import JobStore
+
+    return [r.job_id for r in JobStore().list(limit=200) if r.job_id.startswith(incomplete)]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        sys.stdout.write(f"hpc-launch {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="print the version and exit")) -> None:
+    """Render, submit and follow DeepSpeed jobs on named clusters (ABCI, Miyabi, Polaris, Slurm, pods, local)."""
 
 
 def _err(message: str) -> None:
@@ -78,7 +108,7 @@ def _expand_hosts(value: Optional[str]) -> Optional[List[str]]:
 
 @app.command()
 def submit(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster profile name (default: local)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters, help="cluster profile name (default: local)"),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-n", help="number of nodes (default 1; pods: all --hosts)"),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs (ranks) per node; default: all of the node's"),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue / partition / resource type"),
@@ -151,7 +181,7 @@ def submit(
 def hostfile(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="write here (atomically) instead of stdout"),
     slots: Optional[int] = typer.Option(None, "--slots", "-s", help="slots (GPUs) per node; default: with --cluster the profile's GPUs, else as often as the node list names a host"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="take slots from this cluster profile"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters, help="take slots from this cluster profile"),
     source: Optional[str] = typer.Option(None, "--from", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
     nodefile: Optional[str] = typer.Option(None, "--nodefile", help="read this node file (one host per line)"),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="comma-separated hosts"),
@@ -179,11 +209,26 @@ def hostfile(
 
 
 @clusters_app.callback()
-def clusters_list(ctx: typer.Context) -> None:
+def clusters_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="the list as JSON (keys: docs/commands.md)")) -> None:
     """List the known clusters."""
     if ctx.invoked_subcommand:
         return
     from . import profiles
+
+    if json_:
+        import json
+
+        rows = []
+        for name in profiles.available():
+            try:
+                p = profiles.load(name)
+            except HpcLaunchError as exc:
+                rows.append({"name": name, "status": "broken", "error": exc.one_line()})
+                continue
+            rows.append({"name": p.name, "scheduler": p.dialect, "gpus_per_node": p.node.gpus, "launcher": p.launch.launcher,
+                         "status": p.status, "title": p.title, "queues": sorted(p.queues), "login": p.login})
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
 
     from rich.console import Console
     from rich.table import Table
@@ -221,10 +266,11 @@ def clusters_show(name: str = typer.Argument(..., help="cluster name"), profile:
 @app.command()
 def plan(
     model: str = typer.Option("resnet50", "--model", "-m", help="torchvision model name"),
-    cluster: str = typer.Option("abci", "--cluster", "-c"),
+    cluster: str = typer.Option("abci", "--cluster", "-c", autocompletion=_complete_clusters),
     nodes: int = typer.Option(1, "--nodes", "-n"),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g"),
     queue: Optional[str] = typer.Option(None, "--queue", "-q"),
+    json_: bool = typer.Option(False, "--json", help="the plan as JSON (keys: docs/commands.md)"),
 ) -> None:
     """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), and a recommendation."""
     from . import profiles
@@ -236,8 +282,18 @@ def plan(
         raise HpcLaunchError(f"{cluster} has no node.gpu_mem_gib in its profile", hint="add it, or pick a GPU cluster")
     from .plan import format_plan, plan_memory  # imports torch/deepspeed lazily
 
-    result = plan_memory(model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib)
-    sys.stdout.write(format_plan(result) + "\n")
+    import contextlib
+
+    # DeepSpeed's logger writes to the stdout it finds when first imported: keep it off ours
+    with contextlib.redirect_stdout(sys.stderr):
+        result = plan_memory(model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib)
+    if json_:
+        import dataclasses
+        import json
+
+        sys.stdout.write(json.dumps(dataclasses.asdict(result), indent=1) + "\n")
+    else:
+        sys.stdout.write(format_plan(result) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,11 +308,11 @@ def _transport_for(host: str):
 
 @app.command()
 def logs(
-    job_id: str = typer.Argument(..., help="job id (as printed by submit)"),
+    job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=_complete_jobs),
     follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
     summary: bool = typer.Option(False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"),
     show_all: bool = typer.Option(False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="when the id exists on several clusters"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters, help="when the id exists on several clusters"),
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .records import JobStore
@@ -301,8 +357,8 @@ def _jobs_table(records) -> None:
 
 @app.command()
 def status(
-    job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+    job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)", autocompletion=_complete_jobs),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters),
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
@@ -316,7 +372,7 @@ def status(
 
 @app.command("list")
 def list_jobs(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters),
     active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
     refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
     limit: int = typer.Option(50, "--limit", "-l"),
@@ -351,7 +407,7 @@ def _show_jobs(records, as_json: bool) -> None:
 @app.command()
 def adopt(
     job_id: str = typer.Argument(..., help="the scheduler's job id"),
-    cluster: str = typer.Option(..., "--cluster", "-c"),
+    cluster: str = typer.Option(..., "--cluster", "-c", autocompletion=_complete_clusters),
     workdir: str = typer.Option(..., "--workdir", help="the job's work dir (absolute, on the host that submitted it)"),
     name: str = typer.Option("train", "--name", "-N"),
     script: str = typer.Option("", "--script", help="the job script's path (its name tells this job's files from an earlier job's)"),
@@ -371,8 +427,8 @@ def adopt(
 
 @app.command()
 def cancel(
-    job_id: str = typer.Argument(..., help="job id"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c"),
+    job_id: str = typer.Argument(..., help="job id", autocompletion=_complete_jobs),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters),
 ) -> None:
     """Cancel a job (qdel / scancel / kill of the local job's process group) and report how it ended."""
     from .jobs import cancel as cancel_job
@@ -387,6 +443,19 @@ def cancel(
     sys.stderr.write(result.message + "\n")
 
 
+@app.command()
+def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> None:
+    """Print the shell completion script (commands, options, cluster names, job ids).
+
+    bash: `source <(hpc-launch completion bash)` in ~/.bashrc; zsh: the same in ~/.zshrc;
+    fish: `hpc-launch completion fish > ~/.config/fish/completions/hpc-launch.fish`."""
+    from typer._completion_shared import get_completion_script
+
+    if shell not in ("bash", "zsh", "fish"):
+        raise typer.BadParameter(f"{shell!r}: use bash, zsh or fish", param_hint="SHELL")
+    sys.stdout.write(get_completion_script(prog_name="hpc-launch", complete_var=COMPLETE_VAR, shell=shell) + "\n")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     try:  # typer >= 0.26 vendors click
         from typer._click import exceptions as click_exc
@@ -394,6 +463,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         from click import exceptions as click_exc
     from typer.main import get_command
 
+    if os.environ.get(COMPLETE_VAR):  # the shell asks for completions: typer's classes answer
+        from typer._completion_classes import completion_init
+
+        completion_init()
     command = get_command(app)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is KeyboardInterrupt
     try:

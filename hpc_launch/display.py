@@ -70,6 +70,9 @@ class LogFilter:
                 self.note = "ranks started: importing torch and DeepSpeed"
             self.hidden += 1
             return False
+        if line.startswith("[hpc-train] starting DeepSpeed"):
+            self.note = "starting DeepSpeed: process group, engine, ops (built once per environment: minutes the first time)"
+            return False  # the note says it
         if line.startswith(("[hpc-train]", "training ")):
             self.note = None
         return True

@@ -39,7 +39,7 @@ def test_the_main_jobs_log_is_shown_without_the_frameworks_chatter():
     # everything that matters is there, in order: ours, the training lines, the eval
     kept = [ln for ln in MAIN_JOB.splitlines() if not _noise(ln)]
     assert shown.splitlines() == kept
-    assert sum(1 for ln in shown.splitlines() if ln.startswith("[hpc-train]")) == 11
+    assert sum(1 for ln in shown.splitlines() if parse_line(ln)) == 11
     assert any(ln.startswith("[hpc-eval]") for ln in shown.splitlines())
     assert f.hidden == len(MAIN_JOB.splitlines()) - len(kept) > 15
 
@@ -76,6 +76,8 @@ def test_op_builds_become_a_progress_note():
     assert shown == "" and f.note and "building its ops" in f.note
     f.feed("[hpc-train] step=10 loss=1.0\n")
     assert f.note is None
+    assert f.feed("[hpc-train] starting DeepSpeed: process group, engine and ops (built once per environment)\n") == ""
+    assert "starting DeepSpeed" in f.note
 
 
 def test_summary_figures_are_the_logs_own():
@@ -116,8 +118,8 @@ def test_the_main_job_shows_a_clean_terminal_and_a_summary_while_the_log_keeps_e
     terminal = r.stdout + r.stderr
     assert not [ln for ln in terminal.splitlines() if _noise(ln)], terminal
     assert [ln for ln in log.splitlines() if _noise(ln)], "the log lost the frameworks' lines"
-    shown_metrics = [ln for ln in r.stdout.splitlines() if ln.startswith("[hpc-train]")]
-    assert shown_metrics == [ln for ln in log.splitlines() if ln.startswith("[hpc-train]")]
+    shown_metrics = [ln for ln in r.stdout.splitlines() if parse_line(ln)]
+    assert shown_metrics == [ln for ln in log.splitlines() if parse_line(ln)]
     last = parse_line(shown_metrics[-1])
     assert f"{int(last['step'])} steps, final loss {last['loss']:.4f}" in r.stderr
     assert f"job {job_id}: done, exit code 0" in r.stderr and "start-up" in r.stderr

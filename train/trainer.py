@@ -104,10 +104,15 @@ def run(args) -> int:
     import torch
     import torch.nn.functional as F
 
+    # The process group and DeepSpeed's engine (which JIT-builds its ops on first use in an
+    # environment, silently, for up to minutes): say so, so the follower can show progress.
+    say("[hpc-train] starting DeepSpeed: process group, engine and ops (built once per environment)")
+    init_started = time.perf_counter()
     dist.init_distributed(info)
     torch.manual_seed(args.seed)
     model = build_model(args.model, data.num_classes)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    say(f"[hpc-train] DeepSpeed ready in {time.perf_counter() - init_started:.1f} s")
     device = engine.device
     meta = {"model": args.model, "data": args.data, "num_classes": data.num_classes, "image_size": data.image_size,
             "zero_stage": engine.zero_optimization_stage(), "precision": precision, "world_size": info.world_size,
