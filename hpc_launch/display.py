@@ -23,9 +23,10 @@ _DS_LOGGER = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[(DEBUG|INFO|WARNING)\] 
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
 # JIT op builds (torch.utils.cpp_extension and DeepSpeed's op builder)
 _OP_BUILD = re.compile(r"^(Using \S+ as PyTorch extensions root|Emitting ninja build file|Building extension module|"
-                       r"Loading extension module|Allowing ninja to set a default number of workers|\[\d+/\d+\] |"
-                       r"ninja: no work to do|Time to load \w+ op:|DeepSpeed \S+ built successfully|"
+                       r"Allowing ninja to set a default number of workers|\[\d+/\d+\] |"
                        r"Creating extension directory|Detected CUDA files, patching ldflags)")
+# an op that was built before is only loaded: hidden, but no "building" note
+_OP_LOAD = re.compile(r"^(Loading extension module|ninja: no work to do|Time to load \w+ op:|DeepSpeed \S+ built successfully)")
 NOISE_KINDS = ("DeepSpeed logger INFO/WARNING lines", "Python warnings and the source line they quote",
                "JIT op build progress")
 
@@ -63,6 +64,9 @@ class LogFilter:
             return False
         if _OP_BUILD.match(line):
             self.note = "DeepSpeed is building its ops (once per environment)"
+            self.hidden += 1
+            return False
+        if _OP_LOAD.match(line):
             self.hidden += 1
             return False
         if _DS_LOGGER.match(line):
