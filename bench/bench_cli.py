@@ -137,7 +137,7 @@ def import_times(python: str, env: dict, cwd: Path, top: int = 10) -> None:
     for s, _, _, name in rows:
         root = name.split(".")[0]
         groups[root] = groups.get(root, 0) + s
-    print(f"  by package (sum of self time): " + ", ".join(f"{k} {v / 1000:.1f} ms" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])[:top]))
+    print("  by package (sum of self time): " + ", ".join(f"{k} {v / 1000:.1f} ms" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])[:top]))
 
 
 def phases(python: str, env: dict, cwd: Path) -> None:

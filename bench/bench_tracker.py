@@ -138,7 +138,7 @@ def main() -> None:
     workdir = tmp / "work"
     procs = []
     try:
-        print(f"== scheduler queries per poll (one refresh() of every job; direct dialect: `ps -p PID,PID,...`)")
+        print("== scheduler queries per poll (one refresh() of every job; direct dialect: `ps -p PID,PID,...`)")
         for n in (10, 100):
             runs, reads, elapsed, running = queries_per_poll(n, workdir, transport_for)
             print(f"  {n:4d} jobs: {runs} scheduler query per poll, {reads} exit-file reads, {running}/{n} seen running,"

@@ -20,9 +20,10 @@ def _interrupted_while_starting(signum, frame):
 if __name__ in ("hpc_launch.cli", "__main__"):
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
-import typer  # noqa: E402  (after the handler: importing it is most of the start-up time)
+# after the handler: importing typer is most of the start-up time
+import typer  # noqa: E402
 
-from .errors import HpcLaunchError
+from .errors import HpcLaunchError  # noqa: E402
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 COMPLETE_VAR = "_HPC_LAUNCH_COMPLETE"  # the shell's completion function calls us back with it set
@@ -117,7 +118,7 @@ def submit(
     name: Optional[str] = typer.Option(None, "--name", "-N", help="job name (the log is NAME.oJOBID)"),
     modules: Optional[str] = typer.Option(None, "--modules", help="comma-separated modules to load (replaces the profile's)"),
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE exported in the job (repeatable; written into the script)"),
-    pass_env: List[str] = typer.Option([], "--pass-env", help="NAME of a variable set in this shell (a secret, e.g. WANDB_API_KEY) that the scheduler hands to the job; never written into the script (repeatable)"),
+    pass_env: List[str] = typer.Option([], "--pass-env", help="NAME of a variable set in this shell (a secret): the job gets it from a file only you can read (repeatable)"),
     script: Optional[str] = typer.Option(None, "--script", help="your own training script instead of `python -m train`"),
     train_args: Optional[str] = typer.Option(None, "--train-args", help="arguments for the training entrypoint, as one shell-quoted string"),
     directive: List[str] = typer.Option([], "--directive", "-d", help="extra scheduler directive; replaces a default with the same key (repeatable)"),

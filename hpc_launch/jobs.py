@@ -21,7 +21,6 @@ failure, not a cancel.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -250,7 +249,8 @@ def cancel(store: JobStore, record: JobRecord, transport, *, confirm_s: float = 
                 return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "had already ended"))
             return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "ended"))
         if time.monotonic() >= deadline:
-            return CancelResult(got.state, None, f"cancel of {record.job_id} requested; the scheduler still reports it {got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends")
+            return CancelResult(got.state, None, f"cancel of {record.job_id} requested; the scheduler still reports it "
+                                                 f"{got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends")
         sleep(delay)
         delay = min(delay * 2, 4.0)
 

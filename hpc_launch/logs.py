@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 from hpc_launch.errors import HpcLaunchError, TransportError
 from hpc_launch.states import JobState

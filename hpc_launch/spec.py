@@ -278,7 +278,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     if group:
         _check_token(group, p.group.label, "pass --group with the plain group/project name")
     elif p.group.required:
-        raise SpecError(f"{p.name} requires an {p.group.label} for accounting", hint=f"pass --group NAME (alias --project), or set `group:` in hpc-launch.yaml")
+        raise SpecError(f"{p.name} requires an {p.group.label} for accounting", hint="pass --group NAME (alias --project), or set `group:` in hpc-launch.yaml")
 
     modules = list(p.modules.load if spec.modules is None else spec.modules)
     for mod in modules:

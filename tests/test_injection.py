@@ -7,7 +7,6 @@ with stub launchers, hands every value to the launcher byte for byte and runs no
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 from pathlib import Path

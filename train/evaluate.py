@@ -78,8 +78,6 @@ def run(argv=None) -> int:
     if not model_name or not data_spec:
         raise TrainError("the checkpoint does not record its model/data", hint="pass --model and --data")
 
-    import torch
-
     from .data import build_data
     from .models import build_model
 

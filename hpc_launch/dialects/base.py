@@ -84,7 +84,7 @@ class Dialect:
         if head.startswith("--") and "=" in head:
             return head.split("=", 1)[0]
         if len(tokens) > 1 and head in ("-l", "-W", "-v", "--attrs"):
-            return f"{head} {re.split(r'[=:]', tokens[1], 1)[0]}"
+            return f"{head} {re.split(r'[=:]', tokens[1], maxsplit=1)[0]}"
         return head
 
     def merge_directives(self, defaults: Sequence[str], overrides: Sequence[str]) -> List[str]:

@@ -8,7 +8,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = Path(__file__).parent / "profiles"
