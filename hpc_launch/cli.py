@@ -219,7 +219,7 @@ def clusters_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json"
     if json_:
         import json
 
-        rows = []
+        rows: List[dict] = []
         for name in profiles.available():
             try:
                 p = profiles.load(name)
@@ -461,7 +461,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:  # typer >= 0.26 vendors click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover - older typer uses click itself
-        from click import exceptions as click_exc
+        from click import exceptions as click_exc  # type: ignore[no-redef]
     from typer.main import get_command
 
     if os.environ.get(COMPLETE_VAR):  # the shell asks for completions: typer's classes answer

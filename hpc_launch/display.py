@@ -155,14 +155,14 @@ def format_summary(s: Summary, job_id: str) -> str:
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
     lines = [f"── job {job_id}: {s.state}{code} " + "─" * 20]
     if s.total_s is not None or s.training_s is not None:
-        parts = [f"{_secs(s.total_s)} in all" if s.total_s is not None else None,
+        times = [f"{_secs(s.total_s)} in all" if s.total_s is not None else None,
                  f"queued {_secs(s.queued_s)}" if s.queued_s is not None else None,
                  f"start-up {_secs(s.startup_s)} (launcher, framework init, op builds)" if s.startup_s is not None else None,
                  f"training {_secs(s.training_s)}" if s.training_s is not None else None]
-        lines.append("  time      " + ", ".join(p for p in parts if p))
+        lines.append("  time      " + ", ".join(t for t in times if t))
     m = s.metrics
     if m:
-        parts = []
+        parts: List[str] = []
         if "step" in m:
             parts.append(f"{int(m['step'])} steps")
         if "loss" in m:

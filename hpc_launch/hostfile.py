@@ -85,7 +85,7 @@ def count_hosts(lines: Iterable[str]) -> "OrderedDict[str, int]":
     return counts
 
 
-def _read(path: str, origin: str) -> str:
+def read_node_file(path: str, origin: str) -> str:
     """`origin` says where the path came from: `$PBS_NODEFILE`, `--nodefile`."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -104,7 +104,7 @@ def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tupl
             continue
         if var == "SLURM_JOB_NODELIST":
             return f"${var}", count_hosts(expand_slurm_nodelist(value))
-        text = _read(value, f"${var}")
+        text = read_node_file(value, f"${var}")
         if var == "PE_HOSTFILE":
             # `host slots queue processors` per line: the slot count is the second column
             pe: "OrderedDict[str, int]" = OrderedDict()
@@ -122,7 +122,7 @@ def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tupl
 
 
 def nodes_from_file(path: str) -> "OrderedDict[str, int]":
-    return count_hosts(_read(path, "--nodefile").splitlines())
+    return count_hosts(read_node_file(path, "--nodefile").splitlines())
 
 
 def filter_hosts(hosts: "OrderedDict[str, int]", include: Optional[str], exclude: Optional[str]) -> "OrderedDict[str, int]":

@@ -27,7 +27,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from . import dialects, secrets
 from .dialects import StatusInfo
@@ -86,7 +86,7 @@ class Outcome:
     never_runs: bool = False
 
 
-def _runner(transport, rec: JobRecord) -> Callable[[List[str]], object]:
+def _runner(transport, rec: JobRecord) -> Callable[[List[str]], Any]:
     commands = (rec.extra or {}).get("commands", {})
     return lambda argv: transport.run(dialects.with_site_commands(argv, commands), timeout=60)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
+from typing import Any, Dict, List, Literal, Optional, TYPE_CHECKING, Tuple, get_args
 
 import msgspec
 import yaml
@@ -33,8 +33,12 @@ except ImportError:  # Python 3.8
     from typing_extensions import Annotated
 
 # Allowed names come from the registries: a new scheduler or launcher is one registry line.
-Dialect = Literal[tuple(dialect_names())]  # type: ignore[valid-type]
-Launcher = Literal[tuple(launcher_names())]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a type checker sees plain strings; msgspec checks the registry's names
+    Dialect = str
+    Launcher = str
+else:
+    Dialect = Literal[tuple(dialect_names())]
+    Launcher = Literal[tuple(launcher_names())]
 Status = Literal["active", "retired", "testbed"]
 LogLive = Literal["scheduler", "tee"]
 GroupWhere = Literal["directive", "submit"]

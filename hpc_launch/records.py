@@ -197,7 +197,8 @@ class JobStore:
     def list(self, cluster: Optional[str] = None, active_only: bool = False,
              limit: Optional[int] = None) -> List[JobRecord]:
         """Newest first."""
-        sql, args = f"{_SELECT} WHERE 1=1", []
+        sql = f"{_SELECT} WHERE 1=1"
+        args: List[object] = []
         if cluster:
             sql += " AND cluster = ?"
             args.append(cluster)

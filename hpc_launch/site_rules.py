@@ -70,7 +70,7 @@ def _accepts(q: Queue, nodes: int, walltime_s: int) -> bool:
     return True
 
 
-def _fixes(profile: Profile, name: str, q: Queue, nodes: int, walltime_s: int, tier: Optional[Tier]) -> str:
+def _fixes(profile: Profile, name: Optional[str], q: Queue, nodes: int, walltime_s: int, tier: Optional[Tier]) -> str:
     """What would work instead: a shorter walltime, a node count in a tier that allows this
     walltime (the nearest one), or another queue with the same GPUs that takes the job."""
     fixes = []

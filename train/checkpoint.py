@@ -56,8 +56,10 @@ def find_resume(ckpt_dir: str) -> Optional[Tuple[str, str]]:
     except OSError:
         latest = None
     newest = tags[-1]
-    if latest in tags and read_marker(ckpt_dir, latest)["step"] >= read_marker(ckpt_dir, newest)["step"]:
-        return ckpt_dir, latest
+    if latest is not None and latest in tags:
+        marked, newest_marker = read_marker(ckpt_dir, latest), read_marker(ckpt_dir, newest)
+        if marked and newest_marker and marked["step"] >= newest_marker["step"]:
+            return ckpt_dir, latest
     return ckpt_dir, newest
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from .errors import TrainError
 
@@ -19,8 +19,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @dataclass
 class Data:
-    train: object  # torch Dataset
-    val: Optional[object]
+    train: Any  # a torch Dataset (map-style: len and indexing)
+    val: Optional[Any]
     num_classes: int
     image_size: int
     kind: str  # synthetic | digits | imagefolder
@@ -97,7 +97,7 @@ def _image_folder(root: str, image_size: Optional[int]) -> Data:
     T = tv.transforms
     size = image_size or 224
     train_dir = os.path.join(root, "train")
-    val_dir = os.path.join(root, "val")
+    val_dir: Optional[str] = os.path.join(root, "val")
     if not os.path.isdir(train_dir):
         train_dir, val_dir = root, None  # a plain class-per-folder tree: train on it, no val split
     normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
@@ -159,7 +159,7 @@ def train_loader(dataset, micro_batch: int, rank: int, world_size: int, seed: in
     import torch
     from torch.utils.data import DataLoader, DistributedSampler
 
-    base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    base: DistributedSampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
     base.set_epoch(epoch)
     sampler = _ResumableSampler(base, skip_micro_batches * micro_batch)
     return DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True,

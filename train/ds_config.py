@@ -57,13 +57,16 @@ def resolve_batch(world_size: int, micro: Optional[int] = None, accum: Optional[
     if micro is None and accum is None:
         accum = 1
     if micro is None:
+        assert accum is not None
         micro, rest = divmod(global_, accum * world_size)
         if rest or micro == 0:
             raise _underivable(global_, "grad-accum", accum, world_size, "micro-batch")
     elif accum is None:
+        assert micro is not None
         accum, rest = divmod(global_, micro * world_size)
         if rest or accum == 0:
             raise _underivable(global_, "micro-batch", micro, world_size, "grad-accum")
+    assert micro is not None and accum is not None  # derived above when missing
     if micro * accum * world_size != global_:
         raise _fit_error(micro, accum, global_, world_size)
     return Batch(micro, accum, global_, world_size)

@@ -35,7 +35,7 @@ def accuracy(forward: Callable, dataset, rank: int = 0, world_size: int = 1, bat
     subset = EvalSubset(dataset, eval_shards(length, rank, world_size))
     totals = torch.zeros(3, dtype=torch.float64)
     with torch.no_grad():
-        for images, labels, valid in DataLoader(subset, batch_size=batch_size):
+        for images, labels, valid in DataLoader(subset, batch_size=batch_size):  # type: ignore[arg-type]  # map-style
             logits = forward(images).float()
             totals[:2] += topk_correct(logits, labels.to(logits.device), valid.to(logits.device)).cpu()
             totals[2] += valid.sum()

@@ -226,8 +226,10 @@ class PBSPro(Dialect):
         if attrs.get("array", "").strip() == "True":
             # The parent's Exit_status says nothing about its subjobs (0 with a failed subjob);
             # its substate does: the first failed or deleted subjob's. `query` reads the subjobs.
-            state = {SUB_TERMINATED: JobState.CANCELLED, SUB_FAILED: JobState.FAILED, SUB_FINISHED: JobState.DONE}.get(substate)
-            return StatusInfo(state, None, letter, comment=comment) if state else StatusInfo(JobState.UNKNOWN, None, letter, ended=True, comment=comment)
+            verdict = {SUB_TERMINATED: JobState.CANCELLED, SUB_FAILED: JobState.FAILED, SUB_FINISHED: JobState.DONE}.get(substate or 0)
+            if verdict is None:
+                return StatusInfo(JobState.UNKNOWN, None, letter, ended=True, comment=comment)
+            return StatusInfo(verdict, None, letter, comment=comment)
         if substate == SUB_TERMINATED:  # deleted with qdel, whatever its exit status (271, 265, 143, none)
             return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
         if code is not None:
