@@ -1,0 +1,343 @@
+"""SSHTransport: one paramiko connection to a login node (through its ProxyJump hops), reused for
+commands (connect retried; a sent command never resent) and SFTP file operations."""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import select
+import shlex
+import socket
+import threading
+import time
+import uuid
+from typing import Optional
+
+from hpc_launch.errors import HostKeyError, TransportError
+
+from . import host_keys
+from .auth import authenticate
+from .base import CommandResult, decode_output, transport_error
+from .remote_command import strip_preamble, wrap_remote_command
+from .ssh_config import SshConfig
+
+log = logging.getLogger(__name__)
+
+
+class _Unknown(Exception):
+    """Raised inside run() once a command was sent and its outcome is unknown."""
+
+
+class SSHTransport:
+    """A login node over SSH. Lazily connects; the one connection is reused until close()."""
+
+    def __init__(self, host: str, *, ssh_config: Optional[str] = None, known_hosts: Optional[str] = None,
+                 connect_timeout: float = 10.0, retries: int = 3, backoff: float = 0.5):
+        import paramiko  # noqa: F401  (fail early and clearly if missing)
+
+        self.host = host
+        self.ssh_config_path = os.path.expanduser(
+            ssh_config or os.environ.get("HPC_LAUNCH_SSH_CONFIG") or "~/.ssh/config")
+        override = known_hosts or os.environ.get("HPC_LAUNCH_KNOWN_HOSTS")
+        self.known_hosts_override = os.path.expanduser(override) if override else None
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.connects = 0            # connections established (tests and benches read these)
+        self.connect_attempts = 0
+        self._lock = threading.RLock()
+        self._transports: list = []  # jump hosts first, the login node last
+        self._sftp = None
+        self._home: Optional[str] = None
+        self.config = SshConfig(self.ssh_config_path, self.known_hosts_override)
+
+    # ---- connecting
+
+    def _connect_once(self) -> list:
+        import paramiko
+
+        self.connect_attempts += 1
+        transports: list = []
+        try:
+            for hop in self.config.route(self.host):
+                timeout = hop.connect_timeout or self.connect_timeout
+                if transports:
+                    sock = transports[-1].open_channel(
+                        "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=timeout)
+                elif hop.proxy_command:
+                    sock = paramiko.ProxyCommand(hop.proxy_command)
+                else:
+                    sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
+                t = paramiko.Transport(sock)
+                transports.append(t)
+                t.banner_timeout = t.auth_timeout = timeout
+                known = host_keys.known_keys(hop)
+                host_keys.prefer_known_key_types(t, known)
+                t.start_client(timeout=timeout)
+                # checked before any credential is offered
+                host_keys.verify_host_key(hop, t.get_remote_server_key(), known, self.config.ssh_command(hop.alias))
+                authenticate(hop, t)
+                t.set_keepalive(30)  # long `logs -f` sessions survive idle-killing firewalls
+            return transports
+        except BaseException:
+            for t in reversed(transports):
+                t.close()
+            raise
+
+    def _connect(self) -> None:
+        """Connect with bounded retries; only transient failures are retried."""
+        import paramiko
+
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                self._transports = self._connect_once()
+                self.connects += 1
+                log.debug("connected to %s via %d hop(s)", self.host, len(self._transports))
+                return
+            except (HostKeyError, paramiko.AuthenticationException, socket.gaierror):
+                raise
+            except TransportError:
+                raise
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                if attempt == self.retries:
+                    raise transport_error(
+                        f"cannot connect to {self.host}: {_describe(exc)} "
+                        f"(after {attempt + 1} attempt{'s' if attempt else ''})",
+                        hint=f"check that `ssh {self.host}` works from this machine") from exc
+                log.debug("connect to %s failed (%s); retrying in %.1f s", self.host, _describe(exc), delay)
+                time.sleep(delay)
+                delay *= 2
+
+    def _transport(self):
+        with self._lock:
+            if not (self._transports and self._transports[-1].is_active()):
+                self._drop()
+                try:
+                    self._connect()
+                except socket.gaierror as exc:
+                    raise transport_error(f"cannot resolve {self.host}: {exc.strerror}",
+                                          hint="check the host name or its HostName in ssh config") from exc
+                except self._paramiko().AuthenticationException as exc:
+                    raise transport_error(f"ssh authentication to {self.host} failed: {exc}",
+                                          hint="load your key into ssh-agent or set IdentityFile in ssh config") from exc
+            return self._transports[-1]
+
+    @staticmethod
+    def _paramiko():
+        import paramiko
+
+        return paramiko
+
+    def _drop(self) -> None:
+        with self._lock:
+            if self._sftp is not None:
+                try:
+                    self._sftp.close()
+                except Exception:  # the connection may already be gone
+                    pass
+            self._sftp = None
+            for t in reversed(self._transports):
+                t.close()
+            self._transports = []
+
+    # ---- commands
+
+    def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
+        import paramiko
+
+        command = wrap_remote_command(argv, cwd, env)
+        shown = shlex.join(argv)  # never the env values: they may hold secrets
+        for attempt in (1, 2):
+            t = self._transport()
+            try:
+                channel = t.open_session(timeout=self.connect_timeout)
+                break
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                self._drop()  # nothing was sent yet: reconnect and try once more
+                if attempt == 2:
+                    raise transport_error(f"cannot open a session on {self.host}: {_describe(exc)}") from exc
+        try:
+            return self._exchange(channel, command, stdin, timeout)
+        except _Unknown as exc:
+            self._drop()
+            raise transport_error(f"lost `{shown}` on {self.host}: {exc}",
+                                  hint="it may have run; check (e.g. `hpc-launch list`) before retrying",
+                                  maybe_ran=True) from exc
+        finally:
+            channel.close()
+
+    def _exchange(self, channel, command: str, stdin: Optional[str], timeout: float) -> CommandResult:
+        import paramiko
+
+        deadline = time.monotonic() + timeout
+        out, err = bytearray(), bytearray()
+        try:
+            channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin.encode())
+            channel.shutdown_write()  # EOF on the command's stdin, so nothing waits for input
+            while True:
+                while channel.recv_ready():
+                    out += channel.recv(65536)
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+                if drained and (channel.closed or (channel.exit_status_ready() and channel.eof_received)):
+                    # paramiko reports -1 both when sshd sent no exit-status (a signal killed the
+                    # command) and when the connection died: only a live connection means "it ended".
+                    rc = channel.exit_status if channel.exit_status_ready() else -1
+                    if rc == -1:
+                        if not _alive(channel.get_transport()):
+                            raise _Unknown("the connection dropped before it finished")
+                        err += b"remote command ended without an exit status (killed by a signal?)\n"
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Unknown(f"no result within {timeout:g} s")
+                select.select([channel], [], [], min(remaining, 1.0))
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise _Unknown(_describe(exc)) from exc
+        return CommandResult(rc, strip_preamble(decode_output(bytes(out))), strip_preamble(decode_output(bytes(err))))
+
+    # ---- files (SFTP; every operation here is idempotent, so one reconnect is safe)
+
+    def _with_sftp(self, op):
+        import paramiko
+
+        for attempt in (1, 2):
+            with self._lock:
+                try:
+                    if self._sftp is None:
+                        self._sftp = paramiko.SFTPClient.from_transport(self._transport())
+                        self._sftp.get_channel().settimeout(max(self.connect_timeout, 30.0))
+                    return op(self._sftp)
+                except (EOFError, paramiko.SSHException, OSError) as exc:
+                    if (isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, socket.timeout))
+                            and self._transports and _alive(self._transports[-1])):
+                        raise  # the file's own answer (no such file, permission denied, SFTP "Failure")
+                    self._drop()  # paramiko says "Socket is closed" (an OSError without errno) when sshd went away
+                    if attempt == 2:
+                        raise transport_error(f"file transfer with {self.host} failed: {_describe(exc)}") from exc
+
+    def resolve_path(self, path) -> str:
+        if self._home is None:
+            self._home = self._with_sftp(lambda s: s.normalize("."))
+        if path == "~" or path.startswith("~/"):
+            path = self._home + path[1:]
+        elif not path.startswith("/"):
+            path = posixpath.join(self._home, path)
+        return posixpath.normpath(path)
+
+    def put_text(self, path, text, mode=0o644) -> None:
+        path = self.resolve_path(path)
+        parent = posixpath.dirname(path)
+        tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+
+        def op(sftp):
+            _sftp_makedirs(sftp, parent)
+            try:
+                with sftp.open(tmp, "wb") as fh:
+                    fh.write(text.encode("utf-8"))
+                sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, path)
+            except BaseException:
+                try:
+                    sftp.remove(tmp)
+                except OSError:
+                    pass
+                raise
+
+        self._with_sftp(op)
+
+    def put_private(self, path, data) -> None:
+        """A new file only this user can read: the SFTP open request itself carries mode 0600
+        (with O_EXCL), so the file never exists with wider permissions. The directory must exist."""
+        from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE, SFTPError
+        from paramiko.sftp_attr import SFTPAttributes
+        from paramiko.sftp_file import SFTPFile
+
+        path = self.resolve_path(path)
+        attrs = SFTPAttributes()
+        attrs.st_mode = 0o600
+
+        def op(sftp):
+            kind, msg = sftp._request(CMD_OPEN, path, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL, attrs)
+            if kind != CMD_HANDLE:
+                raise SFTPError("Expected handle")
+            with SFTPFile(sftp, msg.get_binary(), "wb") as fh:
+                fh.write(data)
+            if sftp.stat(path).st_mode & 0o077:  # a server that ignored the requested mode
+                sftp.remove(path)
+                raise transport_error(f"the SFTP server on {self.host} did not create {path} with mode 0600",
+                                      hint="--pass-env needs a server that honours the mode of a new file (OpenSSH does)")
+
+        self._with_sftp(op)
+
+    def read_from(self, path, offset, limit=1 << 20) -> bytes:
+        path = self.resolve_path(path)
+
+        def op(sftp):
+            with sftp.open(path, "rb") as fh:
+                fh.seek(offset)
+                return fh.read(limit)
+
+        return self._with_sftp(op)
+
+    def size(self, path) -> Optional[int]:
+        path = self.resolve_path(path)
+
+        def op(sftp):
+            try:
+                return sftp.stat(path).st_size
+            except FileNotFoundError:
+                return None
+
+        return self._with_sftp(op)
+
+    def remove(self, path) -> None:
+        path = self.resolve_path(path)
+
+        def op(sftp):
+            try:
+                sftp.remove(path)
+            except FileNotFoundError:
+                pass
+
+        self._with_sftp(op)
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _alive(t) -> bool:
+    """Whether the connection still answers (a round trip, not just paramiko's flag)."""
+    if t is None or not t.is_active():
+        return False
+    try:
+        t.global_request("keepalive@openssh.com", wait=True)  # sshd answers failure; any answer will do
+    except (OSError, EOFError):
+        return False
+    return t.is_active()
+
+
+def _sftp_makedirs(sftp, path: str) -> None:
+    missing = []
+    while path not in ("", "/"):
+        try:
+            sftp.stat(path)
+            break
+        except FileNotFoundError:
+            missing.append(path)
+            path = posixpath.dirname(path)
+    for p in reversed(missing):
+        try:
+            sftp.mkdir(p)
+        except OSError:
+            sftp.stat(p)  # created meanwhile by someone else is fine; anything else re-raises
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
