@@ -235,8 +235,8 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     if not _NAME.match(spec.name or ""):
         raise SpecError(f"job name {spec.name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-' (at most 63)")
 
-    if spec.nodes is None:
-        spec.nodes = len(spec.hosts) if (not dialect.has_scheduler and spec.hosts) else 1
+    if spec.nodes is None:  # the resolved job gets its own copy: the caller's spec is never changed
+        spec = replace(spec, nodes=len(spec.hosts) if (not dialect.has_scheduler and spec.hosts) else 1)
     if not isinstance(spec.nodes, int) or spec.nodes < 1:
         raise SpecError(f"--nodes must be a whole number of at least 1, not {spec.nodes!r}")
 

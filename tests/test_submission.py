@@ -88,3 +88,18 @@ def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, serv
         assert "my own script ran" in log.read_text()
     finally:
         shutil.rmtree(Path.home() / remote, ignore_errors=True)
+
+
+def test_preparing_a_job_never_changes_the_spec_it_was_given(tmp_path):
+    """Data flows one way: the pipeline works on copies (before, prepare() filled in the work dir
+    and resolve() the node count on the caller's spec)."""
+    from dataclasses import asdict
+
+    from hpc_launch.spec import JobSpec
+    from hpc_launch.submit import prepare
+
+    spec = JobSpec(cluster="local", script="x.py", train_args=[])
+    before = asdict(spec)
+    prepared = prepare(spec, cwd=str(tmp_path))
+    assert asdict(spec) == before
+    assert prepared.job.nodes == 1 and prepared.job.workdir == str(tmp_path)

@@ -26,7 +26,7 @@ def _check_done(cli, job_id: str, workdir: Path, name="train", world=2):
     assert "loss" in r.stdout, r.stdout
     log = (workdir / f"{name}.o{job_id.split('.')[0]}").read_text()
     assert re.search(rf"\[hpc-train\] step=4 .*world_size={world}", log), log[-2000:]
-    assert (workdir / f"{name}.o{job_id.split('.')[0]}.exitcode").read_text().strip() == "0"
+    assert (workdir / f"{name}.o{job_id.split('.')[0]}.exitcode").read_text().split()[0] == "0"
     assert cli.wait_state(job_id, {"done"}, timeout=60) == "done"
 
 
@@ -76,7 +76,7 @@ def test_local_cancel_kills_the_whole_job(hpc_launch_bin, tmp_path):
             break
         time.sleep(0.5)
     assert not left, f"processes of job {job_id} still running: {left}"
-    assert (tmp_path / f"train.o{job_id}.exitcode").read_text().strip() == "143"
+    assert (tmp_path / f"train.o{job_id}.exitcode").read_text().split()[0] == "143"
 
 
 # ---- Slurm -------------------------------------------------------------------------------------
