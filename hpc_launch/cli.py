@@ -128,6 +128,8 @@ def submit(
     login: Optional[str] = typer.Option(None, "--login", help="submit over SSH on this host (~/.ssh/config alias); `local` forces this machine"),
     config: Optional[str] = typer.Option(None, "--config", help="project config file (default: ./hpc-launch.yaml if present)"),
     profile: Optional[str] = typer.Option(None, "--profile", help="an extra cluster profile YAML file, merged last"),
+    stop_before: Optional[str] = typer.Option(None, "--stop-before", help="checkpoint and stop this long before the walltime (default: a tenth of it, 30 s to 5 min)"),
+    chain: Optional[int] = typer.Option(None, "--chain", help="N dependent jobs, each resuming from the newest checkpoint (for trainings longer than a walltime)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"),
     follow: bool = typer.Option(False, "--follow", "-f", help="follow the log until the job ends; exit with its exit code"),
     show_all: bool = typer.Option(False, "--all", "-a", help="with --follow: every line, the frameworks' chatter too (the log file always has it)"),
@@ -145,6 +147,7 @@ def submit(
         group=group, name=name, modules=_split_list(modules), env=_parse_env(env), script=script,
         train_args=_split_args(train_args), directives=list(directive),
         hosts=_expand_hosts(hosts), workdir=workdir, venv=venv, login=login, pass_env=list(pass_env),
+        stop_before=stop_before, chain=chain,
     )
     if train_args is not None and not overrides["train_args"]:
         overrides["train_args"] = None
@@ -169,9 +172,9 @@ def submit(
                          "(`hpc-launch list` shows it)\n")
         raise typer.Exit(130) from None
     if follow:
-        from .follow import follow_job
+        from .follow import follow_chain
 
-        raise typer.Exit(follow_job(record, show_all=show_all))
+        raise typer.Exit(follow_chain(record, show_all=show_all))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,8 +195,12 @@ def hostfile(
     """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
     from . import hostfile as hf
 
-    if source is not None and source not in ("pbspro", "gridengine", "cobalt", "slurm"):
-        raise typer.BadParameter(f"{source!r}: use pbspro, gridengine, cobalt or slurm", param_hint="--from")
+    if source is not None:
+        from . import dialects
+
+        choices = [n for n in dialects.names() if dialects.get(n).has_scheduler]
+        if source not in choices:
+            raise typer.BadParameter(f"{source!r}: use one of {', '.join(choices)}", param_hint="--from")
     if slots is None and cluster:
         from . import profiles
 
@@ -321,9 +328,9 @@ def logs(
     store = JobStore()
     record = store.get(job_id, cluster)
     if follow_:
-        from .follow import follow_job
+        from .follow import follow_chain
 
-        raise typer.Exit(follow_job(record, store=store, show_all=show_all))
+        raise typer.Exit(follow_chain(record, store=store, show_all=show_all))
     from .follow import read_whole_log
 
     try:
@@ -455,6 +462,46 @@ def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> No
     if shell not in ("bash", "zsh", "fish"):
         raise typer.BadParameter(f"{shell!r}: use bash, zsh or fish", param_hint="SHELL")
     sys.stdout.write(get_completion_script(prog_name="hpc-launch", complete_var=COMPLETE_VAR, shell=shell) + "\n")
+
+
+@app.command()
+def doctor(
+    target: str = typer.Argument(..., help="job id (as printed by submit), or the path of a log file", autocompletion=_complete_jobs),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters, help="when the id exists on several clusters"),
+) -> None:
+    """Name the cause and the fix of a failed job, from its log, the scheduler's word and its exit status.
+
+    Exit 0 when it names a cause (or nothing failed), 1 when the failure is not one it knows."""
+    from .doctor import diagnose, report_lines
+
+    if os.path.isfile(target):  # a log file: the exit-code file the job script writes beside it says how it ended
+        with open(target, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        code = None
+        try:
+            with open(target + ".exitcode", encoding="utf-8") as f:
+                word = (f.read().split() or [""])[0]
+            code = int(word) if word.lstrip("-").isdigit() else None
+        except OSError:
+            pass
+        diagnosis = diagnose(text, exit_code=code)
+    else:
+        from .follow import read_whole_log
+        from .jobs import refresh
+        from .records import JobStore
+        from .states import JobState
+
+        store = JobStore()
+        record = refresh(store, [store.get(target, cluster)], _transport_for)[0]
+        if not JobState(record.state).terminal:
+            sys.stderr.write(f"hpc-launch: job {record.job_id} is still {record.state}: this is what its log shows so far\n")
+        try:
+            text = read_whole_log(record)
+        except FileNotFoundError:
+            text = ""  # never started (a refusal, `Can Never Run`): the scheduler's word is the evidence
+        diagnosis = diagnose(text, exit_code=record.exit_code, comment=record.comment, state=record.state)
+    sys.stdout.write("\n".join(report_lines(diagnosis)) + "\n")
+    raise typer.Exit(0 if diagnosis.found or diagnosis.succeeded else 1)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -84,6 +84,27 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
     return _exit_code(final, code)
 
 
+def follow_chain(record: JobRecord, *, store: Optional[JobStore] = None, show_all: bool = False) -> int:
+    """Follow a job, or every link of its chain from this one on: a link that stopped for time
+    (exit 75, resumable) hands over to the next; any other end is the chain's end."""
+    from .jobs import EXIT_RESUMABLE, chain_links
+
+    store = store or JobStore()
+    links = [r for r in chain_links(store, record) if r.extra.get("link", 1) >= (record.extra or {}).get("link", 1)]
+    code = 0
+    for i, link in enumerate(links):
+        if len(links) > 1:
+            sys.stderr.write(f"hpc-launch: chain {link.extra['chain']}: link {link.extra['link']} of {link.extra['links']} is job {link.job_id}\n")
+        code = follow_job(link, store=store, show_all=show_all)
+        if code != EXIT_RESUMABLE:
+            rest = links[i + 1:]
+            if rest and code == 0:
+                sys.stderr.write(f"hpc-launch: training finished in link {link.extra['link']}; the {len(rest)} later link(s) "
+                                 "find it complete and end at once\n")
+            return code
+    return code
+
+
 def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional[int]) -> str:
     """The end-of-job block; for a job that did not finish well, doctor's cause and fix too."""
     s = summarise(log_text, state=state.value, exit_code=code, log_path=rec.log_path,

@@ -50,6 +50,8 @@ CANCEL_CONFIRM_S = 45.0
 
 # Exit codes the job script's traps write (templates/body/prologue.sh.j2).
 EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL = 143, 130, 137
+# The trainer stopped itself before the walltime at a complete checkpoint (train/stop.py).
+EXIT_RESUMABLE = 75
 
 
 def cancel_requested(rec: JobRecord) -> bool:
@@ -61,6 +63,8 @@ def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
     asked = cancel_requested(rec)
     if code == 0:
         return JobState.DONE
+    if code == EXIT_RESUMABLE:
+        return JobState.TIMEOUT
     if code is None or code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL):
         return JobState.CANCELLED if asked else JobState.FAILED
     return JobState.FAILED
@@ -74,6 +78,8 @@ def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
         return "terminated by SIGTERM that hpc-launch did not send (walltime, preemption or an admin)"
     if state == JobState.FAILED and code is None:
         return "ended without writing its exit code (node lost or killed with SIGKILL)"
+    if code == EXIT_RESUMABLE:
+        return "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
     return ""
 
 
@@ -111,6 +117,8 @@ def _decide(dialect, run, transport, rec: JobRecord, info: Optional[StatusInfo])
     if info is not None and not info.ended:
         # the scheduler says how it ended (state and maybe its own exit status)
         state = info.state
+        if code == EXIT_RESUMABLE:  # "failed, exit 75" to the scheduler: stopped for time, resumable
+            return Outcome(JobState.TIMEOUT, code, info.raw, exit_hint(JobState.TIMEOUT, code, rec))
         if state == JobState.FAILED and cancel_requested(rec) and code in (None, EXIT_SIGTERM, EXIT_SIGKILL):
             state = JobState.CANCELLED
         return Outcome(state, code if code is not None else info.exit_code, info.raw, info.comment)
@@ -413,9 +421,15 @@ def submit(prepared: "Prepared", *, transport=None, store: Optional[JobStore] = 
                                     env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
                 record = record_for(profile, dialect, job_id=job_id, host=prepared.host, name=job.name, workdir=workdir,
                                     script_path=script_path, submit_argv=prepared.script.submit_argv)
+                if job.chain > 1:
+                    record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
                 _add_or_explain(store, record, prepared)
                 if on_recorded is not None:
                     on_recorded(record)
+                previous = job_id
+                for link in range(2, job.chain + 1):
+                    written = []  # earlier links exist: a failure now leaves them, recorded
+                    previous = _submit_link(transport, store, prepared, dialect, workdir, record, link, previous, sleep)
         except NotRecorded:
             raise
         except BaseException:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
@@ -428,6 +442,37 @@ def submit(prepared: "Prepared", *, transport=None, store: Optional[JobStore] = 
     finally:
         if own_transport:
             transport.close()
+
+
+def _submit_link(transport, store: JobStore, prepared: "Prepared", dialect, workdir: str, first: JobRecord,
+                 link: int, previous: str, sleep) -> str:
+    """Link `link` of a chain: the same script under its own name, held until `previous` ends.
+    It resumes from the newest complete checkpoint (or exits at once if training is done)."""
+    script = prepared.script
+    name = script.script_name.replace(".sh", f"-link{link}.sh")
+    relpath = script.script_relpath.replace(script.script_name, name)
+    script_path = f"{workdir}/{relpath}"
+    _write(transport, script_path, script.text.replace(script.script_name, name), 0o755, [], prepared.host)
+    pass_env = prepared.job.pass_env
+    if pass_env:  # each link reads and deletes its own secrets file
+        transport.put_private(secrets.path_for(script_path), secrets.encode(secrets.collect(pass_env)))
+    argv = [a.replace(script.script_name, name) for a in script.submit_argv]
+    argv = argv[:-1] + dialect.depend_flags(previous) + argv[-1:]
+    job_id = run_submit(transport, argv, workdir, dialect, env=secrets.submit_env(pass_env), script_relpath=relpath, sleep=sleep)
+    record = record_for(prepared.job.profile, dialect, job_id=job_id, host=first.host, name=first.name, workdir=workdir,
+                        script_path=script_path, submit_argv=argv)
+    record.extra = {**record.extra, "chain": first.job_id, "link": link, "links": first.extra["links"]}
+    _add_or_explain(store, record, prepared)
+    return job_id
+
+
+def chain_links(store: JobStore, rec: JobRecord) -> List[JobRecord]:
+    """Every link of the chain `rec` belongs to, in order (just `rec` when it is not chained)."""
+    chain = (rec.extra or {}).get("chain")
+    if not chain:
+        return [rec]
+    links = [r for r in store.list(cluster=rec.cluster, limit=10000) if (r.extra or {}).get("chain") == chain]
+    return sorted(links, key=lambda r: r.extra.get("link", 0))
 
 
 def _write(transport, path: str, text: str, mode: int, written: List[str], host: str) -> None:

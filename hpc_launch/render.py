@@ -195,7 +195,8 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
     launcher = launchers.get(p.launch.launcher)
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
-    ds_env_keys = sorted(job.env)
+    # names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)
+    ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR") if k not in job.env]
     context = dict(
         version=__version__,
         job=job,
@@ -222,7 +223,6 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         python=q(p.python.python) if not job.venv else Sh("python"),
         train_args=qjoin(job.train_args),
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
-        ds_env_lines=[f"{k}={job.env[k]}" for k in ds_env_keys],
         ds_env_keys=[Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))],
         hosts=job.hosts,
         net_if=p.net_if,

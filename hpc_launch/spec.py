@@ -56,6 +56,8 @@ class JobSpec:
     hosts: Optional[List[str]] = None  # pods: the node list
     login: Optional[str] = None
     pass_env: List[str] = field(default_factory=list)  # names whose values reach the job in a 0600 file, never written in the script
+    stop_before: Optional[str] = None  # checkpoint and stop this long before the walltime (default: a tenth, 30 s to 5 min)
+    chain: int = 1  # N dependent jobs, each resuming from the newest complete checkpoint
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -188,6 +190,8 @@ class ResolvedJob:
     conda: Optional[str]
     login: Optional[str]
     pass_env: List[str] = field(default_factory=list)
+    stop_before_s: int = 0  # 0: no deadline (no scheduler, no walltime)
+    chain: int = 1
 
     @property
     def world_size(self) -> int:
@@ -224,6 +228,20 @@ def _check_token(value: str, what: str, fix: str) -> str:
     if not _TOKEN.match(value):
         raise SpecError(f"{what} {value!r} has characters a scheduler cannot take", hint=fix)
     return value
+
+
+def _stop_before(spec: JobSpec, walltime_s: int) -> int:
+    """How long before its walltime the job checkpoints and stops (the trainer's deadline)."""
+    if spec.stop_before is None:
+        return min(300, max(30, walltime_s // 10))
+    try:
+        margin = parse_walltime(str(spec.stop_before))
+    except ValueError as exc:
+        raise SpecError(f"--stop-before: {exc}") from None
+    if margin >= walltime_s:
+        raise SpecError(f"--stop-before {hms(margin)} leaves no time before the walltime {hms(walltime_s)}",
+                        hint="give a margin shorter than --walltime, e.g. --stop-before 5m")
+    return margin
 
 
 def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> ResolvedJob:
@@ -265,6 +283,12 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
         raise SpecError(f"--walltime: {exc}") from None
     if queue and queue.max_walltime and walltime_s > parse_walltime(queue.max_walltime):
         raise SpecError(f"--walltime {hms(walltime_s)} is above the {queue_name} maximum of {queue.max_walltime} {where}", hint=f"use --walltime {queue.max_walltime} or less")
+    stop_before_s = _stop_before(spec, walltime_s) if dialect.has_scheduler else 0
+    if not isinstance(spec.chain, int) or spec.chain < 1:
+        raise SpecError(f"--chain must be a whole number of at least 1, not {spec.chain!r}")
+    if spec.chain > 1 and not dialect.has_scheduler:
+        raise SpecError(f"--chain needs a scheduler to hold each link until the one before ends; {p.name} has none",
+                        hint="run one job with a longer time, or chain on a cluster with a scheduler")
 
     node_gpus = queue.gpus if queue and queue.gpus is not None else p.node.gpus
     gpus = node_gpus if spec.gpus_per_node is None else spec.gpus_per_node
@@ -357,7 +381,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
         spec=spec, profile=p, name=spec.name, nodes=spec.nodes, queue=queue_name, walltime_s=walltime_s,
         group=group, gpus_per_node=gpus, procs_per_node=procs, workdir=workdir, modules=modules, env=env,
         train_args=train_args, script=spec.script, hosts=hosts, venv=venv, conda=conda,
-        login=login, pass_env=pass_env,
+        login=login, pass_env=pass_env, stop_before_s=stop_before_s, chain=spec.chain,
     )
 
 

@@ -40,7 +40,15 @@ class Prepared:
         cmd = shlex.join(self.script.submit_argv)
         where = "" if self.host == LOCAL else f"[on {self.host} over ssh] "
         sends = "".join(f"# upload: {local} -> {self.job.workdir}/{rel}\n" for local, rel in self.uploads)
-        return f"{sends}# submit: {where}cd {path_expr(self.job.workdir)} && {cmd}"
+        chain = ""
+        if self.job.chain > 1:
+            dialect = dialects.get(self.job.profile.dialect)
+            argv = self.script.submit_argv
+            name = self.script.script_name
+            for link in range(2, self.job.chain + 1):
+                held = argv[:-1] + dialect.depend_flags(f"<job of link {link - 1}>") + [argv[-1].replace(name, name.replace(".sh", f"-link{link}.sh"))]
+                chain += f"\n# then link {link}: {shlex.join(held)}"
+        return f"{sends}# submit: {where}cd {path_expr(self.job.workdir)} && {cmd}{chain}"
 
 
 def choose_host(spec: JobSpec, profile: profiles.Profile) -> str:

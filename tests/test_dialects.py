@@ -1,10 +1,14 @@
 """Every dialect's build-command / parse-output pair, against REAL scheduler output recorded on
 the testbed (tests/golden/sched, see its README) and, for Cobalt, outputs reconstructed from
-ALCF's documentation (tests/golden/cobalt/README.md)."""
+ALCF's documentation (tests/golden/cobalt/README.md). Outputs recorded by other projects are in
+tests/test_elsewhere_outputs.py. The `scheduler` tests at the end ask the testbed itself."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -159,17 +163,116 @@ def test_grid_engine_qstat_table():
             assert got[job].state == expected, (job, word)
 
 
-@pytest.mark.parametrize("name,state", [
-    ("sge_qacct_done.txt", JobState.DONE),
-    ("sge_qacct_failed.txt", JobState.FAILED),
-    ("sge_qacct_killed.txt", JobState.CANCELLED),
-    ("sge_qacct_timeout.txt", JobState.TIMEOUT),
+@pytest.mark.parametrize("name,state,comment", [
+    ("sge_qacct_done.txt", JobState.DONE, ""),
+    ("sge_qacct_failed.txt", JobState.FAILED, ""),
+    # qdel of a running job and a kill for a limit look alike in qacct (failed 100, exit 137): the
+    # job's life (jobs.py) calls it cancelled only when a cancel was requested
+    ("sge_qacct_killed.txt", JobState.FAILED, "Grid Engine: failed 100: assumedly after job (killed by a signal: qdel or a resource limit)"),
+    ("sge_qacct_timeout.txt", JobState.TIMEOUT, "Grid Engine: failed 37: qmaster enforced h_rt, h_cpu, or h_vmem limit"),
 ])
-def test_grid_engine_accounting(name, state):
+def test_grid_engine_accounting(name, state, comment):
     path = SCHED / name
     if not path.exists():
         pytest.fail(f"{name} missing: re-record with testbed/record-golden.sh")
-    assert GridEngine.parse_accounting(path.read_text()).state == state
+    run = Replay().add(["qacct", "-j", "9"], CommandResult(0, path.read_text(), ""))
+    info = dialects.get("gridengine").accounting(run, "9")
+    assert (info.state, info.comment) == (state, comment)
+    assert not info.active
+
+
+def test_grid_engine_accounting_without_a_record():
+    run = Replay().add(["qacct", "-j", "999999"], CommandResult(1, read("sge_qacct_unknown.txt"), read("sge_qacct_unknown.stderr.txt")))
+    assert dialects.get("gridengine").accounting(run, "999999") is None
+
+
+@pytest.mark.parametrize("category, wallclock, state", [
+    ("-l h_rt=5", "6s", JobState.TIMEOUT),
+    ("-l h_vmem=1G", "3s", JobState.FAILED),  # 37 is also the h_vmem/h_cpu kill: not a timeout
+    ("-l h_rt=600,h_vmem=1G", "12", JobState.FAILED),  # well within h_rt: the memory limit
+    ("-l h_rt=0:10:00,h_vmem=1G", "600.2", JobState.TIMEOUT),
+])
+def test_grid_engine_limit_kill_is_timeout_only_for_h_rt(category, wallclock, state):
+    text = read("sge_qacct_timeout.txt").replace("category     -l h_rt=5", f"category     {category}").replace("ru_wallclock 6s", f"ru_wallclock {wallclock}")
+    assert GridEngine.parse_accounting(text).state == state
+
+
+def test_grid_engine_deleted_by_is_a_cancel():
+    # Univa/Altair qacct has `deleted_by` (ABCI 2.0's docs show it): a qdel is then certain
+    text = read("sge_qacct_killed.txt").replace("exit_status", "deleted_by   alice\nexit_status")
+    info = GridEngine.parse_accounting(text)
+    assert info.state == JobState.CANCELLED and info.comment == "deleted by alice"
+
+
+def test_grid_engine_status_is_one_xml_query():
+    d = dialects.get("gridengine")
+    assert d.status_argv(["11", "12"]) == ["qstat", "-xml"]
+    got = d.parse_status(read("sge_qstat_xml.txt"), ["11", "12", "13", "99"])
+    assert {j: i.state for j, i in got.items()} == {"11": JobState.RUNNING, "12": JobState.QUEUED, "13": JobState.QUEUED}
+    # the table it replaces says the same
+    assert {j: i.state for j, i in d.parse_status(read("sge_qstat.txt"), ["11", "12", "13"]).items()} == {j: i.state for j, i in got.items()}
+    assert d.parse_status(read("sge_qstat_empty.txt"), ["11"]) == {}
+
+
+def test_grid_engine_array_tasks_are_one_job():
+    table = ("job-ID  prior   name       user         state submit/start at     queue                          slots ja-task-ID\n"
+             "-----------------------------------------------------------------------------------------------------------------\n"
+             "     42 0.50000 arr        root         r     11/23/2026 00:43:31 all.q@vm                           1 1\n"
+             "     42 0.00000 arr        root         qw    11/23/2026 00:43:30                                    1 2-4:1\n")
+    info = dialects.get("gridengine").parse_status(table, ["42"])["42"]
+    assert info.state == JobState.RUNNING
+
+
+@pytest.mark.parametrize("dialect, out", [
+    ("slurm", "5|WEIRD_NEW_STATE|None\n"),
+    ("gridengine", "<job_info><job_list><JB_job_number>5</JB_job_number><state>x</state></job_list></job_info>"),
+    ("gridengine", "job-ID  prior   name       user         state submit/start at\n------\n      5 0.5 n u Xq 11/23/2026 00:43:31\n"),
+    ("cobalt", "JobID   State\n=====\n5   teleporting\n"),
+])
+def test_an_unknown_word_never_ends_an_active_job(dialect, out):
+    info = dialects.get(dialect).parse_status(out, ["5"])["5"]
+    assert info.state == JobState.UNKNOWN and info.active and not info.ended
+
+
+def test_slurm_reason_is_the_comment():
+    d = dialects.get("slurm")
+    assert d.parse_status(read("slurm_squeue_pending.txt"), ["17"])["17"].comment == "Resources"
+    assert d.parse_status(read("slurm_squeue_running.txt"), ["16"])["16"].comment == ""
+    held = d.parse_status("7|PENDING|ReqNodeNotAvail, UnavailableNodes:pod3\n", ["7"])["7"]
+    assert held.comment == "ReqNodeNotAvail, UnavailableNodes:pod3" and not held.never_runs
+
+
+@pytest.mark.parametrize("reason, never", [
+    ("DependencyNeverSatisfied", True),
+    ("QOSMaxWallDurationPerJobLimit", True),
+    ("AssocMaxNodesPerJobLimit", True),
+    ("QOSMaxJobsPerUserLimit", False),  # a count of running jobs: it starts once others end
+    ("Priority", False),
+    ("Dependency", False),
+])
+def test_slurm_reasons_that_never_start(reason, never):
+    info = dialects.get("slurm").parse_status(f"7|PENDING|{reason}\n", ["7"])["7"]
+    assert info.never_runs is never and info.active and reason in info.comment
+
+
+@pytest.mark.parametrize("word, state", [
+    ("OUT_OF_MEMORY", JobState.FAILED), ("OOM", JobState.FAILED), ("PREEMPTED", JobState.QUEUED),
+    ("SPECIAL_EXIT", JobState.QUEUED), ("REVOKED", JobState.QUEUED), ("DEADLINE", JobState.TIMEOUT),
+    ("CANCELLED+", JobState.CANCELLED), ("CANCELLED by 1001", JobState.CANCELLED),
+])
+def test_slurm_words_that_need_a_second_look(word, state):
+    info = dialects.get("slurm").parse_status(f"7|{word}|None\n", ["7"])["7"]
+    assert info.state == state
+    if word in ("OUT_OF_MEMORY", "OOM"):
+        assert info.comment == "out of memory (Slurm: OUT_OF_MEMORY)"  # the job's life tells OOM from a cancel with it
+
+
+def test_slurm_accounting_reads_our_sacct_line():
+    from hpc_launch.dialects.slurm import Slurm
+
+    run = Replay().add(Slurm.accounting_argv("15"), CommandResult(0, "15|FAILED|3:0\n", ""))
+    info = dialects.get("slurm").accounting(run, "15")
+    assert (info.state, info.exit_code) == (JobState.FAILED, 3)
 
 
 def test_cobalt_qstat():
@@ -182,13 +285,31 @@ def test_cobalt_qstat():
     assert argv[:3] == ["env", "QSTAT_HEADER=JobID:State", "qstat"]
 
 
+def test_cobalt_long_form_and_dep_fail():
+    # `qstat -l` prints `JobID: N` / `State: word` lines (what psij-python's Cobalt executor reads)
+    out = "JobID: 266815\n    State    : running\nJobID: 266816\n    State    : dep_fail\n"
+    got = dialects.get("cobalt").parse_status(out, ["266815", "266816"])
+    assert got["266815"].state == JobState.RUNNING
+    assert got["266816"].never_runs and got["266816"].active  # stays queued until deleted
+    assert "user_hold" == dialects.get("cobalt").parse_status((COBALT / "qstat.txt").read_text(), ["266817"])["266817"].raw
+
+
+def test_node_list_variables_live_on_the_dialects():
+    assert dialects.get("slurm").nodefile_vars == ("SLURM_JOB_NODELIST",)
+    assert dialects.get("gridengine").nodefile_vars == ("PE_HOSTFILE", "SGE_JOB_HOSTLIST")
+    assert dialects.get("cobalt").nodefile_vars == ("COBALT_NODEFILE",)
+    assert dialects.get("slurm").nodes_from_env({}) is None
+    source, hosts = dialects.get("slurm").nodes_from_env({"SLURM_JOB_NODELIST": "a[1-2] b"})
+    assert source == "$SLURM_JOB_NODELIST" and list(hosts) == ["a1", "a2", "b"]
+
+
 def test_cobalt_submit_command():
     argv = dialects.get("cobalt").submit_argv("/w/job.sh", program=["qsub-gpu"])
     assert argv == ["qsub-gpu", "--mode", "script", "/w/job.sh"]
 
 
 def test_cancel_commands():
-    assert dialects.get("slurm").cancel_argv("5") == ["scancel", "5"]
+    assert dialects.get("slurm").cancel_argv("5") == ["scancel", "-v", "5"]  # -v: says when the job had ended
     assert dialects.get("pbspro").cancel_argv("5.pbs1") == ["qdel", "5.pbs1"]
     assert dialects.get("gridengine").cancel_argv("5") == ["qdel", "5"]
     assert dialects.get("cobalt").cancel_argv("5") == ["qdel", "5"]
@@ -199,3 +320,82 @@ def test_no_scheduler_status_ignores_reused_pids():
     out = "  101   101 bash /w/.hpc-launch/train-1.sh\n  102   102 /usr/bin/vim notes\n"
     got = dialects.get("none").parse_status(out, ["101", "102", "103"])
     assert list(got) == ["101"] and got["101"].state == JobState.RUNNING
+
+
+@pytest.mark.parametrize("dialect, rc, out, err, sent, already", [
+    ("slurm", 0, read("slurm_scancel.txt"), "", True, False),  # recorded without -v: nothing said, taken
+    ("slurm", 0, "", "scancel: error: Kill job error on job id 5: Access/permission denied\n", False, False),
+    ("gridengine", 1, read("sge_qdel_unknown.txt"), "", False, True),
+    ("gridengine", 0, read("sge_qdel.txt"), "", True, False),
+])
+def test_cancel_outcomes_recorded(dialect, rc, out, err, sent, already):
+    outcome = dialects.get(dialect).parse_cancel(rc, out, err)
+    assert (outcome.sent, outcome.already_ended) == (sent, already)
+
+
+def test_slurm_query_of_a_forgotten_job_is_empty():
+    d = dialects.get("slurm")
+    run = Replay().add(d.status_argv(["999999"]), CommandResult(1, read("slurm_squeue_unknown.txt"), read("slurm_squeue_unknown.stderr.txt")))
+    assert d.query(run, ["999999"]) == {}
+
+
+# ---- on the testbed: the real schedulers --------------------------------------------------------
+
+
+def _testbed_run(sge: bool = False):
+    from hpc_launch.transport import LocalTransport
+
+    env = {"SGE_ROOT": os.environ.get("SGE_ROOT", "/var/lib/gridengine"), "SGE_CELL": os.environ.get("SGE_CELL", "default")}
+    if sge:
+        sge_bin = os.environ.get("HPC_TESTBED_SGE_BIN", "/opt/hpc-testbed/sge/bin")
+        env["PATH"] = f"{sge_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    transport = LocalTransport()
+    return lambda argv: transport.run(argv, env=env, timeout=60)
+
+
+def _workdir() -> str:
+    base = Path(os.environ.get("HPC_TESTBED_DIR", "/tmp/hpc-testbed")) / "work"
+    assert base.is_dir(), "the testbed is not up: testbed/install.sh && testbed/up.sh"
+    return subprocess.run(["mktemp", "-d", f"{base}/dialects.XXXXXX"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _wait(what, fn, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.scheduler
+def test_slurm_accounting_and_cancel_on_the_testbed():
+    d, run, work = dialects.get("slurm"), _testbed_run(), _workdir()
+    job = d.parse_submit(run(["sbatch", "-D", work, "-o", f"{work}/f-%j.out", "--wrap", "exit 3"]).out)
+    _wait("the job to end", lambda: (i := d.query(run, [job]).get(job)) is not None and not i.active)
+    acct = d.accounting(run, job)  # slurmdbd: the record squeue forgets after MinJobAge
+    assert (acct.state, acct.exit_code) == (JobState.FAILED, 3)
+    r = run(d.cancel_argv(job))  # scancel exits 0 here too; -v makes it say the job had ended
+    outcome = d.parse_cancel(r.rc, r.out, r.err)
+    assert r.rc == 0 and outcome.already_ended and not outcome.sent
+    assert d.accounting(run, "999999999") is None
+
+
+@pytest.mark.scheduler
+def test_grid_engine_error_state_reason_and_accounting_on_the_testbed():
+    d, run, work = dialects.get("gridengine"), _testbed_run(sge=True), _workdir()
+    Path(work, "j.sh").write_text("#!/bin/bash\nexit 0\n")
+    bad = d.parse_submit(run(["qsub", "-wd", "/nonexistent/dir", "-N", "eqw", f"{work}/j.sh"]).out)
+    good = d.parse_submit(run(["qsub", "-wd", work, "-N", "ok", "-j", "y", f"{work}/j.sh"]).out)
+    try:
+        info = _wait("the error state", lambda: (i := d.query(run, [bad]).get(bad)) is not None and i.never_runs and i)
+        assert info.active and "can't chdir to /nonexistent/dir" in info.comment
+        r = run(d.cancel_argv(bad))
+        assert d.parse_cancel(r.rc, r.out, r.err).sent
+        acct = _wait("the qacct record", lambda: d.accounting(run, good))
+        assert (acct.state, acct.exit_code) == (JobState.DONE, 0)
+        r = run(d.cancel_argv(good))  # long gone: qdel says it does not exist
+        assert d.parse_cancel(r.rc, r.out, r.err).already_ended
+    finally:
+        run(["qdel", bad])

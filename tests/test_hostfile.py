@@ -4,14 +4,18 @@ Every hostfile below is parsed by `deepspeed.launcher.runner._parse_hostfile` (t
 `deepspeed --hostfile` uses), for repeated (PBS mpiprocs), FQDN and Slurm-bracket node lists,
 Grid Engine and Cobalt node files, host-level --include/--exclude, and the error paths.
 Slurm bracket lists are also checked against `scontrol show hostnames` (works without a
-controller) when it is on PATH.
+controller) when it is on PATH. Node files are read by their content (one host per line,
+DeepSpeed `host slots=N`, Grid Engine PE_HOSTFILE) whatever names them; an unreadable line is an
+error, never a guessed host.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 from collections import OrderedDict
 
 import pytest
@@ -41,6 +45,9 @@ SLURM_LISTS = [
     ("gpu-[01-02],cpu7", ["gpu-01", "gpu-02", "cpu7"]),
     ("x3104c0s[31,37]b0n0.hsn.cm.polaris.alcf.anl.gov",
      ["x3104c0s31b0n0.hsn.cm.polaris.alcf.anl.gov", "x3104c0s37b0n0.hsn.cm.polaris.alcf.anl.gov"]),
+    # Slurm separates items by commas, spaces or TABs (src/common/hostlist.c)
+    ("node1 node[2-5,12]", ["node1", "node2", "node3", "node4", "node5", "node12"]),
+    ("a\tb[1-2],  c", ["a", "b1", "b2", "c"]),
 ]
 
 
@@ -195,6 +202,59 @@ def test_hosts_option_takes_bracket_lists(ds_parse):
     assert ds_parse(hf.build(env={}, hosts="n[1,3],m2, x", slots=2)) == OrderedDict((h, 2) for h in ("n1", "n3", "m2", "x"))
 
 
+def test_hosts_option_takes_space_separated_lists(ds_parse):
+    # was one host `node1` with 6 slots: every item after the first space was lost
+    assert ds_parse(hf.build(env={}, hosts="node1 node[2-3]", slots=2)) == OrderedDict((h, 2) for h in ("node1", "node2", "node3"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Node files are read by content, whatever names them
+
+SAME_NODES = OrderedDict([("g0001", 4), ("g0007", 4), ("g0003", 4)])
+CONTENTS = {
+    "repeated": "".join(f"{h}\n" * 4 for h in SAME_NODES),
+    "deepspeed": "".join(f"{h} slots=4\n" for h in SAME_NODES),
+    "openmpi": "".join(f"{h} slots=4 max_slots=8\n" for h in SAME_NODES),
+    "pe_hostfile": "".join(f"{h} 4 gpu@{h} UNDEFINED\n" for h in SAME_NODES),
+}
+
+
+@pytest.mark.parametrize("where", ["PBS_NODEFILE", "COBALT_NODEFILE", "PE_HOSTFILE", "SGE_JOB_HOSTLIST", "--nodefile"])
+@pytest.mark.parametrize("kind", sorted(CONTENTS))
+def test_node_file_formats_are_read_by_content(kind, where, tmp_path, ds_parse):
+    (tmp_path / "nodes").write_text(CONTENTS[kind])
+    if where == "--nodefile":
+        text = hf.build(env={}, nodefile=str(tmp_path / "nodes"))
+    else:
+        text = hf.build(env={where: str(tmp_path / "nodes")})
+    assert ds_parse(text) == SAME_NODES
+
+
+def test_deepspeed_hostfile_as_nodefile_keeps_its_slots(tmp_path, ds_parse, hpc_launch_bin):
+    """A DeepSpeed hostfile given as --nodefile used to become `host slots=1` per line."""
+    hostfile = "# ours\nworker-1 slots=8\nworker-2 slots=2\n10.0.0.3 slots=4\n"
+    (tmp_path / "ds").write_text(hostfile)
+    r = _cli(hpc_launch_bin, ["--nodefile", str(tmp_path / "ds")])
+    assert r.returncode == 0, r.stderr
+    assert ds_parse(r.stdout) == ds_parse(hostfile) == OrderedDict([("worker-1", 8), ("worker-2", 2), ("10.0.0.3", 4)])
+
+
+@pytest.mark.parametrize("content, words", [
+    ("node1 node[2-5,12]\n", "cannot read line 1"),  # a hostlist written into a file
+    ("a slots=2\nb\n", "mixes formats"),
+    ("a slots=2\nb slots=1\na slots=1\n", "lists a twice"),  # DeepSpeed refuses it too
+    ("this is bad slots=1\n", "cannot read line 1"),
+    ("a\nn[1-3]\n", "not a host name"),
+    ("a:4\n", "not a host name"),
+    ("a 2 gpu@a UNDEFINED\nb slots=2\n", "mixes formats"),
+])
+def test_unreadable_node_files_are_errors(content, words, tmp_path):
+    (tmp_path / "nodes").write_text(content)
+    for env, nodefile in (({}, str(tmp_path / "nodes")), ({"PBS_NODEFILE": str(tmp_path / "nodes")}, None)):
+        with pytest.raises(HostfileError, match=re.escape(words)):
+            hf.build(env=env, nodefile=nodefile)
+
+
 # ---------------------------------------------------------------------------------------------
 # Grid Engine and Cobalt
 
@@ -230,6 +290,52 @@ def test_prefer_picks_the_named_scheduler(tmp_path):
     assert hf.build(env=env, prefer="pbspro", slots=1) == "p1 slots=1\n"
     with pytest.raises(HostfileError, match="COBALT_NODEFILE"):
         hf.build(env=env, prefer="cobalt")
+
+
+class _Lsf(dialects.Dialect):
+    """A scheduler added to the registry: one module plus one registry line."""
+
+    name = "lsf"
+    nodefile_vars = ("LSB_DJOB_HOSTFILE",)
+
+
+@pytest.fixture
+def lsf_registered(monkeypatch):
+    monkeypatch.setitem(dialects._DIALECTS, "lsf", _Lsf())
+
+
+def test_node_lists_come_from_the_registry(lsf_registered, tmp_path, ds_parse):
+    (tmp_path / "hosts").write_text("l1\nl1\nl2\nl2\n")
+    env = {"LSB_DJOB_HOSTFILE": str(tmp_path / "hosts")}
+    assert ds_parse(hf.build(env=env)) == OrderedDict([("l1", 2), ("l2", 2)])
+    assert ds_parse(hf.build(env=env, prefer="lsf")) == OrderedDict([("l1", 2), ("l2", 2)])
+    with pytest.raises(HostfileError) as err:
+        hf.build(env={})
+    for d in dialects.all_dialects():
+        for var in d.nodefile_vars:
+            assert var in str(err.value)
+
+
+def test_from_choices_come_from_the_registry(lsf_registered, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from hpc_launch.cli import app
+
+    (tmp_path / "hosts").write_text("l1\n")
+    monkeypatch.setenv("LSB_DJOB_HOSTFILE", str(tmp_path / "hosts"))
+    runner = CliRunner()
+    ok = runner.invoke(app, ["hostfile", "--from", "lsf"])
+    assert ok.exit_code == 0 and ok.output == "l1 slots=1\n", ok.output
+    refused = runner.invoke(app, ["hostfile", "--from", "none", "--hosts", "a"])  # no scheduler, no node list
+    assert refused.exit_code == 2 and "lsf" in refused.output and "none" in refused.output
+
+
+def test_hostfile_import_stays_light():
+    """`hpc-launch hostfile` runs inside every job: the module pulls in no dialect or template code."""
+    code = ("import sys, hpc_launch.hostfile; "
+            "print(sorted(m for m in sys.modules if m.startswith(('hpc_launch.dialects', 'jinja2', 'yaml', 'paramiko', 'xml'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert r.stdout.strip() == "[]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +434,14 @@ def test_cli_stdout(tmp_path, hpc_launch_bin, ds_parse):
     assert ds_parse(r.stdout) == OrderedDict([("gpu01-ib", 1), ("gpu02-ib", 1), ("x", 1)])
 
 
+def test_cli_space_separated_slurm_nodelist(hpc_launch_bin, ds_parse):
+    # used to give a one-host hostfile: `node1 slots=6`
+    r = _cli(hpc_launch_bin, ["--from", "slurm", "--slots", "4"], {"SLURM_JOB_NODELIST": "node1 node[2-5,12]"})
+    assert r.returncode == 0, r.stderr
+    hosts = _scontrol_hostnames("node1 node[2-5,12]")
+    assert ds_parse(r.stdout) == OrderedDict((h, 4) for h in hosts) and len(hosts) == 6
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors through the CLI: exit 2, one line on stderr, nothing on stdout, no -o file left
 
@@ -346,13 +460,18 @@ ERRORS = [
     ("slot-filter", ["--hosts", "a,b", "--include", "a:0"], {}, ["slot-level"]),
     ("bad-from", ["--from", "lsf", "--hosts", "a"], {}, ["--from", "lsf"]),
     ("zero-slots", ["--hosts", "a", "--slots", "0"], {}, ["--slots"]),
+    ("hostlist-in-file", ["--nodefile", "{spaced}"], {}, ["cannot read line 2", "--nodefile"]),
+    ("hostlist-in-pbs", [], {"PBS_NODEFILE": "{spaced}"}, ["cannot read line 2", "$PBS_NODEFILE"]),
+    ("mixed-formats", ["--nodefile", "{mixed}"], {}, ["mixes formats"]),
 ]
 
 
 @pytest.mark.parametrize("args, env, words", [c[1:] for c in ERRORS], ids=[c[0] for c in ERRORS])
 def test_cli_error_is_one_line_exit_2(args, env, words, tmp_path, hpc_launch_bin):
-    paths = {"empty": str(tmp_path / "empty"), "missing": str(tmp_path / "missing")}
+    paths = {name: str(tmp_path / name) for name in ("empty", "missing", "spaced", "mixed")}
     (tmp_path / "empty").write_text("\n# nothing\n")
+    (tmp_path / "spaced").write_text("# a hostlist pasted into a node file\nnode1 node[2-5,12]\n")
+    (tmp_path / "mixed").write_text("a slots=2\nb\n")
     args = [a.format(**paths) for a in args]
     env = {k: v.format(**paths) for k, v in env.items()}
     before = sorted(os.listdir(tmp_path))

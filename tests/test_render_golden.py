@@ -27,6 +27,10 @@ CASES = {
     "slurm": JobSpec(cluster="slurm", nodes=4, queue=None, env={"WANDB_MODE": "offline"}),
     "pods": JobSpec(cluster="pods", nodes=3, hosts=["10.0.0.11", "10.0.0.12", "10.0.0.13"]),
     "local": JobSpec(cluster="local", nodes=1, venv="/opt/venv"),
+    "tsubame4": JobSpec(cluster="tsubame4", nodes=2, group="tga-mygroup", walltime="2h", venv="/gs/fs/tga-mygroup/venv"),
+    "aurora": JobSpec(cluster="aurora", nodes=2, group="datascience", walltime="30m", venv="/flare/datascience/venvs/ds"),
+    "perlmutter": JobSpec(cluster="perlmutter", nodes=2, group="m1234_g", queue="regular", walltime="2h", venv="/global/common/software/m1234/venv"),
+    "frontier": JobSpec(cluster="frontier", nodes=2, group="abc123", venv="/lustre/orion/abc123/proj-shared/venvs/ds"),
 }
 
 

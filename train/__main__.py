@@ -55,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("steps", "epochs", "log_every"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be at least 1")
+    # the job script names a checkpoint dir for chained jobs (--chain): links resume from it
+    args.checkpoint_dir = args.checkpoint_dir or os.environ.get("HPC_LAUNCH_CHECKPOINT_DIR") or None
     if args.num_workers is None:
         args.num_workers = 0 if args.data in ("synthetic", "digits") else 4
     return args

@@ -6,6 +6,7 @@ import os
 import time
 
 from . import checkpoint, dist
+from .stop import RESUMABLE_EXIT, StopRequest
 from .ds_config import batch_of, build_config, load_user_config, merge_user_config, resolve_batch, validate
 from .errors import TrainError
 
@@ -129,6 +130,13 @@ def run(args) -> int:
                 "data position follows the step count")
         step = int(saved["step"])
         say(f"resumed from {os.path.join(*found)} at step {step}")
+    if step >= args.total_steps:
+        # a later link of a chain whose training has finished: nothing left to do
+        say(f"training already complete at step {step} (checkpoint {os.path.join(*found)}): nothing to do")
+        dcomm.barrier()
+        dcomm.destroy_process_group()
+        return 0
+    stop = StopRequest(os.environ.get("HPC_LAUNCH_STOP"), os.environ.get("HPC_LAUNCH_DEADLINE"))
     say(f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
         f"precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "
         f"steps={args.total_steps} steps/epoch={steps_per_epoch} threads/rank={torch.get_num_threads()}")
@@ -167,6 +175,18 @@ def run(args) -> int:
             if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
                 checkpoint.save(engine, args.checkpoint_dir, step, meta)
                 last_saved = step
+            # asked every --log-every steps: one tiny all-reduce, and the log's steps line up with it
+            if step < args.total_steps and step % args.log_every == 0 and stop.agreed(dcomm, device):
+                # the walltime is near: a complete checkpoint now, and an exit code that says "resume me"
+                if not args.checkpoint_dir:
+                    say(f"[hpc-train] stopping for time at step {step} with no --checkpoint-dir: nothing to resume from")
+                    return RESUMABLE_EXIT
+                if last_saved != step:
+                    checkpoint.save(engine, args.checkpoint_dir, step, meta)
+                say(f"[hpc-train] stopped for time at step {step} of {args.total_steps}: checkpoint saved, resumable "
+                    f"(exit {RESUMABLE_EXIT})")
+                dcomm.barrier()
+                return RESUMABLE_EXIT
     if args.checkpoint_dir and last_saved != step:
         checkpoint.save(engine, args.checkpoint_dir, step, meta)
     wall = time.perf_counter() - started

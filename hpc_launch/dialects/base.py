@@ -122,6 +122,10 @@ class Dialect:
         connection). None: no such job, or this scheduler cannot tell."""
         return None
 
+    def depend_flags(self, job_id: str) -> List[str]:
+        """Submit flags that hold a job until `job_id` has ended, however it ended (chains)."""
+        raise NotImplementedError(f"{self.name} cannot hold a job for another")
+
     def is_transient(self, err: str) -> bool:
         low = err.lower()
         return any(re.search(p, low) for p in TRANSIENT_PATTERNS)
@@ -190,7 +194,7 @@ class Dialect:
 
         for var in self.nodefile_vars:
             if env.get(var):
-                return f"${var}", count_hosts(read_node_file(env[var], f"${var}").splitlines())
+                return f"${var}", count_hosts(read_node_file(env[var], f"${var}").splitlines(), f"${var} ({env[var]})")
         return None
 
     # ---- names -----------------------------------------------------------------------------

@@ -3,27 +3,46 @@ outputs quoted in ALCF's documentation, not a live scheduler (see docs/verificat
 
 from __future__ import annotations
 
+import re
 from typing import Dict, Iterable, List, Sequence
 
 from ..states import JobState
 from .base import Dialect, StatusInfo, last_matching_line
 
+# State words ALCF's Cobalt pages and Cobalt's qstat use (psij-python and Parsl read the same).
 _STATE = {
-    "queued": JobState.QUEUED, "user_hold": JobState.QUEUED, "admin_hold": JobState.QUEUED,
-    "dep_hold": JobState.QUEUED, "maxrun_hold": JobState.QUEUED, "starting": JobState.RUNNING,
-    "running": JobState.RUNNING, "exiting": JobState.RUNNING, "killing": JobState.RUNNING,
-    "dep_fail": JobState.FAILED,
+    "queued": (JobState.QUEUED, ""),
+    "user_hold": (JobState.QUEUED, "held by its user (qhold)"),
+    "admin_hold": (JobState.QUEUED, "held by an administrator"),
+    "dep_hold": (JobState.QUEUED, "waiting for the job it depends on"),
+    "maxrun_hold": (JobState.QUEUED, "held: the queue's running-job limit for this user"),
+    "starting": (JobState.RUNNING, ""),
+    "running": (JobState.RUNNING, ""),
+    "exiting": (JobState.RUNNING, ""),
+    "killing": (JobState.RUNNING, "being killed"),  # ends once gone; the exit-code file says how
 }
+# The job it depends on failed: it stays queued and never runs, until deleted.
+_NEVER = {"dep_fail": "the job it depends on failed (dep_fail)"}
 QSTAT_HEADER = "JobID:State"
+
+
+def state_of(word: str) -> StatusInfo:
+    low = word.lower()
+    if low in _NEVER:
+        return StatusInfo(JobState.QUEUED, None, word, comment=_NEVER[low], never_runs=True)
+    state, comment = _STATE.get(low, (JobState.UNKNOWN, ""))  # unknown: never ends a job
+    return StatusInfo(state, None, word, comment=comment)
 
 
 class Cobalt(Dialect):
     name = "cobalt"
+    title = "Cobalt"
     directive_prefix = "#COBALT"
     submit_program = "qsub"
     job_id_expr = "${COBALT_JOBID:?not inside a Cobalt job}"
     job_num_expr = "${COBALT_JOBID}"
     nodelist_shell = 'awk \'!seen[$0]++\' "$COBALT_NODEFILE"'
+    nodefile_vars = ("COBALT_NODEFILE",)
 
     def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
         # Script mode; Cobalt also requires the execute bit (the submitter sets mode 0755).
@@ -32,19 +51,31 @@ class Cobalt(Dialect):
     def parse_submit(self, out: str) -> str:
         return last_matching_line(out, r"^(\d+)$", "qsub").group(1)
 
-    def status_argv(self, job_ids: Sequence[str], *, history: bool = True) -> List[str]:
+    def status_argv(self, job_ids: Sequence[str]) -> List[str]:
         # QSTAT_HEADER picks the columns; `env` keeps the argv free of shell syntax.
         return ["env", f"QSTAT_HEADER={QSTAT_HEADER}", "qstat"] + list(job_ids)
 
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
+        """The QSTAT_HEADER table (ours), or the long form `qstat -l` prints (`JobID: 1` then
+        `State: running` lines, what psij-python asks for)."""
         wanted = set(job_ids)
         result: Dict[str, StatusInfo] = {}
+        job = None
         for line in out.splitlines():
+            long_form = re.match(r"\s*(JobID|State)\s*:\s*(\S+)", line, re.I)
+            if long_form:
+                if long_form.group(1).lower() == "jobid":
+                    job = long_form.group(2)
+                elif job in wanted:
+                    result[job] = state_of(long_form.group(2))
+                continue
             cols = line.split()
             if len(cols) >= 2 and cols[0] in wanted:
-                word = cols[1].lower()
-                result[cols[0]] = StatusInfo(_STATE.get(word, JobState.UNKNOWN), None, cols[1])
+                result[cols[0]] = state_of(cols[1])
         return result
 
     def cancel_argv(self, job_id: str) -> List[str]:
         return ["qdel", job_id]
+
+    def depend_flags(self, job_id: str):
+        return ["--dependencies", job_id]

@@ -1,54 +1,155 @@
-"""Grid Engine (ABCI 2.0: Altair Grid Engine; the testbed: Son of Grid Engine 8.1.9)."""
+"""Grid Engine (ABCI 2.0: Altair/Univa Grid Engine; the testbed: Son of Grid Engine 8.1.9).
+
+State letters are qstat(1)'s and sge_status(5)'s: d(eletion) E(rror) h(old) q(ueued) r(unning)
+R(estarted) s/S(uspended) t(ransferring) T(hreshold) w(aiting) z(ombie), in combinations such as
+`hqw`, `Eqw`, `dr`, `Rr`. `failed` codes of qacct(1) are sge_status(5)'s table.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Sequence
+from dataclasses import replace
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..states import JobState
-from .base import Dialect, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
+
+_LETTERS = set("dEhqrRsStTwz")
+FAILED_LIMIT = 37  # "qmaster enforced h_rt, h_cpu, or h_vmem limit"
+FAILED_SIGNAL = {17, 100}  # "through signal" (possibly qdel), "assumedly after job" (killed by a signal)
 
 
-def _state(code: str) -> JobState:
-    if "E" in code:
-        return JobState.FAILED  # Eqw: the job errored and waits for an admin
-    if "d" in code:
-        return JobState.RUNNING  # being deleted: resolves to cancelled once gone
-    if code.endswith("qw") or "h" in code:
-        return JobState.QUEUED
-    if code and code[-1] in "rtR" or "s" in code.lower():
-        return JobState.RUNNING
-    return JobState.UNKNOWN
+def state_of(code: str) -> StatusInfo:
+    """A qstat state word -> StatusInfo. Letters qstat does not document: UNKNOWN, which never
+    ends a job."""
+    letters = set(code)
+    if not code or not letters <= _LETTERS:
+        return StatusInfo(JobState.UNKNOWN, None, code)
+    if "E" in letters:  # pending with an error: waits for `qmod -cj` after a fix, or for qdel
+        return StatusInfo(JobState.QUEUED, None, code, comment="error state (Eqw)", never_runs=True)
+    if "z" in letters:  # zombie (qstat -s z): finished, the exit-code file (or qacct) says how
+        return StatusInfo(JobState.UNKNOWN, None, code, ended=True)
+    deleting = "being deleted" if "d" in letters else ""
+    if letters & set("sST"):
+        note = {"s": "suspended (qmod -sj)", "S": "suspended: its queue is suspended", "T": "suspended: a queue threshold was exceeded"}
+        why = "; ".join(note[c] for c in "sST" if c in letters)
+        return StatusInfo(JobState.QUEUED, None, code, comment="; ".join(w for w in (why, deleting) if w))
+    if letters & set("rt"):  # r, t, Rr, Rt, hr, dr, dt: started (t: being transferred to its host)
+        return StatusInfo(JobState.RUNNING, None, code, comment=deleting)
+    if letters & set("qw"):  # qw, hqw, hRwq, Rq
+        held = "held (qhold, qsub -h or -hold_jid)" if "h" in letters else ""
+        return StatusInfo(JobState.QUEUED, None, code, comment="; ".join(w for w in (held, deleting) if w))
+    return StatusInfo(JobState.UNKNOWN, None, code)
+
+
+def parse_table(text: str) -> Dict[str, List[str]]:
+    """qstat's job table -> {job id: [state word of each line]} (an array job has a line per
+    task). The state column is found from the header, which moves with -ext, -pri, -urg, site
+    columns (ABCI's `jclass`) and wide ids; names hold no whitespace (qsub refuses them), so a
+    row's words line up with the header's words up to the state column. `qstat -f` prints job
+    lines without a header, in the plain table's first columns (id prior name user state)."""
+    lines = text.splitlines()
+    index, start, first = 4, -1, 0
+    for i, line in enumerate(lines):
+        words = line.split()
+        if words[:1] == ["job-ID"] and "state" in words:
+            index, start, first = words.index("state"), line.index(" state") + 1, i + 1
+            break
+    rows: Dict[str, List[str]] = {}
+    for line in lines[first:]:
+        words = line.split()
+        if not words or not words[0].isdigit():
+            continue  # rules, -r's indented detail lines, -f's queue lines and banners
+        word = words[index] if len(words) > index else ""
+        if (not word or not set(word) <= _LETTERS) and start >= 0 and line[start:].strip():
+            word = line[start:].split()[0]  # by the header's position
+        rows.setdefault(words[0], []).append(word)  # a word we cannot read: UNKNOWN, still there
+    return rows
+
+
+def parse_xml(text: str) -> Dict[str, List[str]]:
+    """`qstat -xml` (any other options too, -f included) -> {job id: [state of each task]}."""
+    import xml.etree.ElementTree as ET  # here: `hpc-launch hostfile` imports every dialect
+
+    try:
+        root = ET.fromstring(text.strip())
+    except ET.ParseError:
+        return {}
+    rows: Dict[str, List[str]] = {}
+    for job in root.iter("job_list"):
+        number, state = job.findtext("JB_job_number"), job.findtext("state")
+        if number:
+            rows.setdefault(number.strip(), []).append((state or "").strip())
+    return rows
+
+
+def _merge(infos: List[StatusInfo]) -> StatusInfo:
+    """An array job's tasks -> one answer: the most alive task speaks for the job."""
+    rank = {JobState.RUNNING: 0, JobState.QUEUED: 1, JobState.UNKNOWN: 2}
+    return sorted(infos, key=lambda s: (rank.get(s.state, 3), s.never_runs))[0]
+
+
+def _seconds(value: str) -> Optional[float]:
+    """`600`, `1:00:00`, `6s`, `0.020` -> seconds."""
+    value = value.strip().rstrip("s")
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        return float(value)
+    m = re.fullmatch(r"(\d+):(\d+):(\d+)", value)
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) if m else None
 
 
 class GridEngine(Dialect):
     name = "gridengine"
+    title = "Grid Engine"
     directive_prefix = "#$"
     submit_program = "qsub"
     job_id_expr = "${JOB_ID:?not inside a Grid Engine job}"
     job_num_expr = "${JOB_ID}"
     nodelist_shell = 'if [ -n "${SGE_JOB_HOSTLIST:-}" ]; then cat "$SGE_JOB_HOSTLIST"; else awk \'{print $1}\' "$PE_HOSTFILE"; fi | awk \'!seen[$0]++\''
+    # PE_HOSTFILE lines are `host slots queue processors` (sge_pe(5)); SGE_JOB_HOSTLIST (ABCI)
+    # one host per line. hostfile.count_hosts reads both by their content.
+    nodefile_vars = ("PE_HOSTFILE", "SGE_JOB_HOSTLIST")
 
     def parse_submit(self, out: str) -> str:
         # `Your job 42 ("name") has been submitted`, `Your job-array 42.1-4:1 (...)`, or -terse `42`.
         m = last_matching_line(out, r"^(?:Your job(?:-array)? (\d+)[.\s]|(\d+)(?:\.\S+)?$)", "qsub")
         return m.group(1) or m.group(2)
 
-    def status_argv(self, job_ids: Sequence[str], *, history: bool = True) -> List[str]:
-        # One query for all jobs: plain qstat lists the user's pending and running jobs.
-        return ["qstat"]
+    # ---- status ----------------------------------------------------------------------------
+    def status_argv(self, job_ids: Sequence[str]) -> List[str]:
+        # One query for all jobs. XML: the same answer whatever the site's sge_qstat defaults
+        # add (-ext, -u '*', -f) and however wide ids and names are; qstat prints the user's
+        # pending and running jobs (finished ones are gone: the exit-code file, then qacct).
+        return ["qstat", "-xml"]
 
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
+        rows = parse_xml(out) if out.lstrip().startswith("<") else parse_table(out)
         wanted = set(job_ids)
-        result: Dict[str, StatusInfo] = {}
-        for line in out.splitlines():
-            cols = line.split()
-            if len(cols) >= 5 and cols[0] in wanted and re.fullmatch(r"\d+", cols[0]):
-                result[cols[0]] = StatusInfo(_state(cols[4]), None, cols[4])
-        return result
+        return {job: _merge([state_of(w) for w in words]) for job, words in rows.items() if job in wanted}
 
-    def cancel_argv(self, job_id: str) -> List[str]:
-        return ["qdel", job_id]
+    def query(self, run: Run, job_ids: Sequence[str]) -> Dict[str, StatusInfo]:
+        known = super().query(run, job_ids)
+        for job, info in known.items():
+            if info.never_runs:  # Eqw: the reason is only in `qstat -j`
+                reason = self.error_reason(run(["qstat", "-j", job]).out)
+                if reason:
+                    known[job] = replace(info, comment=f"error state (Eqw): {reason}")
+        return known
+
+    @staticmethod
+    def error_reason(text: str) -> str:
+        """`error reason    1:      11/23/2026 00:43:32 [0:23880]: error: can't chdir to /x: No such
+        file or directory` in `qstat -j` -> the message."""
+        m = re.search(r"(?m)^error reason\s+\d+:\s+(?:\d\d/\d\d/\d{4} [\d:]+ )?(?:\[[^\]]*\]:\s*)?(.*?)\s*$", text)
+        return m.group(1) if m else ""
+
+    def accounting(self, run: Run, job_id: str) -> Optional[StatusInfo]:
+        """qacct's record of a job that left qstat without an exit-code file; None while the
+        record is not written yet (`error: job id N not found`) or the job never ran."""
+        result = run(self.accounting_argv(job_id))
+        if result.rc != 0 or "jobnumber" not in result.out:
+            return None
+        return self.parse_accounting(result.out)
 
     @staticmethod
     def accounting_argv(job_id: str) -> List[str]:
@@ -56,15 +157,57 @@ class GridEngine(Dialect):
 
     @staticmethod
     def parse_accounting(out: str) -> StatusInfo:
-        fields = dict(re.findall(r"(?m)^(\w+)\s+(.*?)\s*$", out))
-        raw_exit = (fields.get("exit_status") or "").split()  # `137   (Killed)`
-        exit_code = int(raw_exit[0]) if raw_exit and raw_exit[0].lstrip("-").isdigit() else None
-        failed = fields.get("failed", "0").split()[0]
-        if exit_code == 0 and failed == "0":
-            return StatusInfo(JobState.DONE, 0, "qacct")
-        if exit_code in (137, 143) and failed != "0":
-            # killed by a signal: qdel, or the h_rt limit (failed 37 / "qmaster enforced h_rt limit")
-            if "h_rt" in fields.get("failed", "") or failed == "37":
-                return StatusInfo(JobState.TIMEOUT, exit_code, "qacct")
-            return StatusInfo(JobState.CANCELLED, exit_code, "qacct")
-        return StatusInfo(JobState.FAILED, exit_code, "qacct")
+        """One or more qacct records (an array job has one per task): the worst task's end."""
+        infos = [_record_info(dict(re.findall(r"(?m)^(\w+)\s+(.*?)\s*$", rec))) for rec in re.split(r"(?m)^=+\s*$", out) if "jobnumber" in rec]
+        if not infos:
+            return StatusInfo(JobState.UNKNOWN, None, "qacct", ended=True)
+        order = [JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.DONE]
+        return sorted(infos, key=lambda s: order.index(s.state) if s.state in order else len(order))[0]
+
+    # ---- cancel ----------------------------------------------------------------------------
+    def cancel_argv(self, job_id: str) -> List[str]:
+        return ["qdel", job_id]
+
+    def depend_flags(self, job_id: str):
+        return ["-hold_jid", job_id]
+
+    def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
+        # rc 0 `root has registered the job 20 for deletion` (running: ends asynchronously) or
+        # `root has deleted job 21` (pending: gone); rc 1 `denied: job "20" does not exist`
+        # (ended, or never ours); `job 20 is already in deletion` (a second qdel).
+        text = " ".join(f"{out or ''}\n{err or ''}".split())
+        if "already in deletion" in text:
+            return CancelOutcome(sent=True, message=text)
+        return super().parse_cancel(rc, out, err)
+
+
+def _record_info(fields: Dict[str, str]) -> StatusInfo:
+    """One qacct record: `failed` (sge_status(5)), `exit_status`, `deleted_by` (Univa/Altair)."""
+    raw_exit = (fields.get("exit_status") or "").split()  # `137   (Killed)`
+    code = int(raw_exit[0]) if raw_exit and raw_exit[0].lstrip("-").isdigit() else None
+    failed_text = fields.get("failed", "0").strip()
+    failed_code = int(failed_text.split()[0]) if failed_text.split()[0:1] and failed_text.split()[0].isdigit() else 0
+    failed_why = failed_text.split(":", 1)[1].strip() if ":" in failed_text else ""
+    deleted_by = fields.get("deleted_by", "NONE").strip()
+    if deleted_by and deleted_by != "NONE":
+        return StatusInfo(JobState.CANCELLED, code, "qacct", comment=f"deleted by {deleted_by}")
+    if failed_code == 0:
+        return StatusInfo(JobState.DONE if code == 0 else JobState.FAILED, code, "qacct")
+    comment = f"Grid Engine: failed {failed_code}" + (f": {failed_why}" if failed_why else "")
+    if failed_code == FAILED_LIMIT:
+        limit = _h_rt(fields.get("category", ""))
+        wall = _seconds(fields.get("ru_wallclock", "") or fields.get("wallclock", ""))
+        over_time = limit is not None and wall is not None and wall >= limit
+        memory_or_cpu = re.search(r"\bh_(vmem|cpu)=", fields.get("category", "")) is not None
+        state = JobState.TIMEOUT if over_time or not memory_or_cpu else JobState.FAILED
+        return StatusInfo(state, code, "qacct", comment=comment)
+    if failed_code in FAILED_SIGNAL:
+        # qdel and a limit the execution host enforces look alike here: the job's life
+        # (jobs.py) calls it cancelled only when a cancel was asked for
+        return StatusInfo(JobState.FAILED, code, "qacct", comment=comment + (" (killed by a signal: qdel or a resource limit)" if failed_code == 100 else ""))
+    return StatusInfo(JobState.FAILED, code, "qacct", comment=comment)
+
+
+def _h_rt(category: str) -> Optional[float]:
+    m = re.search(r"\bh_rt=([\d:.]+)", category)
+    return _seconds(m.group(1)) if m else None

@@ -159,6 +159,9 @@ class PBSPro(Dialect):
         return last_matching_line(out, r"^(\d+(?:\[\])?(?:\.[A-Za-z][\w.-]*)?)$", "qsub").group(1)
 
     # ---- status ----------------------------------------------------------------------------
+    def depend_flags(self, job_id: str) -> List[str]:
+        return ["-W", f"depend=afterany:{job_id}"]
+
     def find_submitted(self, run: Run, script_relpath: str) -> Optional[str]:
         # every job this user may see; ours is the one whose qsub named our (unique) script
         result = run(["qstat", "-f"])

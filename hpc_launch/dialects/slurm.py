@@ -1,64 +1,111 @@
-"""Slurm (any Slurm cluster; the testbed runs a real Slurm 22.05)."""
+"""Slurm (any Slurm cluster; the testbed runs a real Slurm 22.05 with slurmdbd).
+
+State words and reasons are squeue(1)'s JOB STATE CODES and JOB REASON CODES, in the long form
+(%T, what we ask for) and the compact one (%t, what `squeue` prints by default and psij-python
+asks for). sacct(1) prints the same words, with `CANCELLED by UID`, and a `+` when cut short.
+"""
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Sequence
+import re
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..states import JobState
-from .base import Dialect, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
 
-_STATE = {
-    "PENDING": JobState.QUEUED, "CONFIGURING": JobState.QUEUED, "REQUEUED": JobState.QUEUED,
-    "REQUEUE_HOLD": JobState.QUEUED, "REQUEUE_FED": JobState.QUEUED, "RESV_DEL_HOLD": JobState.QUEUED,
-    "SUSPENDED": JobState.QUEUED, "STOPPED": JobState.QUEUED,
-    # Preempted jobs usually come back (requeue): not an end. If they never do, the exit file decides.
-    "PREEMPTED": JobState.QUEUED,
-    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SIGNALING": JobState.RUNNING,
-    "STAGE_OUT": JobState.RUNNING, "RESIZING": JobState.RUNNING,
-    "COMPLETED": JobState.DONE,
-    "FAILED": JobState.FAILED, "NODE_FAIL": JobState.FAILED, "BOOT_FAIL": JobState.FAILED,
-    "OUT_OF_MEMORY": JobState.FAILED, "DEADLINE": JobState.FAILED, "SPECIAL_EXIT": JobState.FAILED,
-    "REVOKED": JobState.CANCELLED, "CANCELLED": JobState.CANCELLED,
-    "TIMEOUT": JobState.TIMEOUT,
+# long form: (compact form, state, what to tell the user when the word alone does not)
+_CODES: Dict[str, Tuple[str, JobState, str]] = {
+    "PENDING": ("PD", JobState.QUEUED, ""),
+    "CONFIGURING": ("CF", JobState.QUEUED, "nodes allocated, booting or being configured"),
+    "REQUEUED": ("RQ", JobState.QUEUED, "requeued"),
+    "REQUEUE_HOLD": ("RH", JobState.QUEUED, "requeued and held"),
+    "REQUEUE_FED": ("RF", JobState.QUEUED, "requeued by the federation"),
+    "RESV_DEL_HOLD": ("RD", JobState.QUEUED, "held: its reservation was deleted"),
+    # held after a requeue in a special state: it runs again only once released
+    "SPECIAL_EXIT": ("SE", JobState.QUEUED, "requeued in SPECIAL_EXIT state and held (`scontrol release` lets it run again)"),
+    "SUSPENDED": ("S", JobState.QUEUED, "suspended"),
+    "STOPPED": ("ST", JobState.QUEUED, "stopped (SIGSTOP), resources kept"),
+    # Terminated by preemption: Slurm requeues it if the partition says so, else it has ended.
+    # Not an end here: once squeue forgets the job, the exit-code file decides.
+    "PREEMPTED": ("PR", JobState.QUEUED, "preempted: requeued if the partition allows it, else it has ended"),
+    # A federation sibling removed because another cluster started the job: it runs there.
+    "REVOKED": ("RV", JobState.QUEUED, "runs on another cluster of the federation"),
+    "RUNNING": ("R", JobState.RUNNING, ""),
+    "COMPLETING": ("CG", JobState.RUNNING, ""),
+    "SIGNALING": ("SI", JobState.RUNNING, ""),
+    "STAGE_OUT": ("SO", JobState.RUNNING, "staging out files"),
+    "RESIZING": ("RS", JobState.RUNNING, ""),
+    "COMPLETED": ("CD", JobState.DONE, ""),
+    "FAILED": ("F", JobState.FAILED, ""),
+    "NODE_FAIL": ("NF", JobState.FAILED, "a node of the job failed (NODE_FAIL)"),
+    "BOOT_FAIL": ("BF", JobState.FAILED, "its nodes failed to boot (BOOT_FAIL)"),
+    "OUT_OF_MEMORY": ("OOM", JobState.FAILED, "out of memory (Slurm: OUT_OF_MEMORY)"),
+    "DEADLINE": ("DL", JobState.TIMEOUT, "terminated at its --deadline (DEADLINE)"),
+    "CANCELLED": ("CA", JobState.CANCELLED, ""),
+    "TIMEOUT": ("TO", JobState.TIMEOUT, ""),
 }
+_WORD: Dict[str, Tuple[JobState, str, str]] = {}  # either form -> (state, long form, note)
+for _long, (_short, _state, _note) in _CODES.items():
+    _WORD[_long] = _WORD[_short] = (_state, _long, _note)
+
+# Reasons that say the job will never start as submitted (squeue(1) JOB REASON CODES; the
+# *Max*PerJob* limits: "a portion of the job request exceeds a maximum limit", job_reason_codes).
+_NEVER_RUNS = re.compile(r"^(DependencyNeverSatisfied|(Assoc|QOS)Max\w*PerJob\w*)$")
+# Reasons that repeat what the state already says.
+_QUIET_REASONS = {"", "None", "NonZeroExitCode", "TimeLimit"}
+
 SQUEUE_FORMAT = "%i|%T|%r"
+SACCT_FORMAT = "JobID,State,ExitCode"
+
+
+def state_of(word: str, reason: str = "") -> StatusInfo:
+    """A Slurm state word (long or compact, sacct's `CANCELLED by 0` and `CANCELLED+` too) and
+    its reason -> StatusInfo. A word Slurm does not document is UNKNOWN: it never ends a job."""
+    raw = word.split()[0].rstrip("+") if word.strip() else ""
+    state, long_word, note = _WORD.get(raw.upper(), (JobState.UNKNOWN, raw, ""))
+    reason = reason.strip()
+    never = state == JobState.QUEUED and bool(_NEVER_RUNS.match(reason))
+    comment = note
+    if reason not in _QUIET_REASONS:
+        comment = f"{comment} ({reason})" if comment else reason
+        if never:
+            comment += ": it will not start as submitted"
+    elif long_word == "CANCELLED" and " by " in word:
+        comment = f"cancelled by uid {word.split(' by ', 1)[1].strip()}"
+    return StatusInfo(state, None, raw, comment=comment, never_runs=never)
+
+
+def exit_status(value: str) -> Optional[int]:
+    """sacct's ExitCode `code:signal` -> one number: the code, or 128 + signal when a signal
+    ended it (as a shell reports it: 0:9 -> 137)."""
+    m = re.fullmatch(r"\s*(\d+):(\d+)\s*", value or "")
+    if not m:
+        return None
+    code, sig = int(m.group(1)), int(m.group(2))
+    return 128 + sig if sig and not code else code
 
 
 class Slurm(Dialect):
     name = "slurm"
+    title = "Slurm"
     directive_prefix = "#SBATCH"
     submit_program = "sbatch"
     job_id_expr = "${SLURM_JOB_ID:?not inside a Slurm job}"
     job_num_expr = "${SLURM_JOB_ID}"
     nodelist_shell = 'scontrol show hostnames "$SLURM_JOB_NODELIST"'
+    nodefile_vars = ("SLURM_JOB_NODELIST",)
+    # squeue: `Invalid job id specified`; scancel -v: `Job/step already completing or completed`
+    unknown_job_patterns = (r"invalid job id", r"already completing or completed")
 
     def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
         return list(program or [self.submit_program]) + ["--parsable"] + list(submit_flags) + [script_path]
 
     def parse_submit(self, out: str) -> str:
-        # --parsable: `12345` or `12345;cluster`; plain sbatch: `Submitted batch job 12345`.
-        m = last_matching_line(out, r"^(?:Submitted batch job )?(\d+)(?:;\S+)?$", "sbatch")
-        return m.group(1)
-
-    def status_argv(self, job_ids: Sequence[str], *, history: bool = True) -> List[str]:
-        # One query for every tracked job; --states=all keeps finished jobs until MinJobAge.
-        return ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}", "--jobs=" + ",".join(job_ids)]
-
-    def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
-        wanted = set(job_ids)
-        result: Dict[str, StatusInfo] = {}
-        for line in out.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) < 2:
-                continue
-            job, word = parts[0], parts[1].split()[0] if parts[1].strip() else ""
-            if job in wanted:
-                state = _STATE.get(word.rstrip("+"), JobState.UNKNOWN)
-                result[job] = StatusInfo(state, None, word)
-        return result
-
-    def cancel_argv(self, job_id: str) -> List[str]:
-        return ["scancel", job_id]
+        # --parsable: `12345` or `12345;cluster`; plain: `Submitted batch job 12345`, with
+        # ` on cluster NAME` under -M (src/sbatch/sbatch.c); site wrappers and Slurm's own FAQ
+        # show `sbatch: Submitted batch job 12345`. Only a whole line of one of these counts.
+        m = last_matching_line(out, r"^(?:(?:sbatch: )?Submitted batch job (\d+)(?: on cluster [\w.-]+)?|(\d+)(?:;[\w.-]+)?)$", "sbatch")
+        return m.group(1) or m.group(2)
 
     def find_submitted(self, run, script_relpath: str):
         # %o is the batch script as sbatch was given it; ours carries a unique time stamp
@@ -68,3 +115,90 @@ class Slurm(Dialect):
             if job.isdigit() and (command == script_relpath or command.endswith("/" + script_relpath)):
                 return job
         return None
+
+    # ---- status ----------------------------------------------------------------------------
+    def status_argv(self, job_ids: Sequence[str]) -> List[str]:
+        # One query for every tracked job; --states=all keeps finished jobs until MinJobAge.
+        return ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}", "--jobs=" + ",".join(job_ids)]
+
+    def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
+        """`%i|%T|%r` lines (ours); also `squeue -O JobArrayID,StateCompact,Reason` columns."""
+        wanted = set(job_ids)
+        result: Dict[str, StatusInfo] = {}
+        for line in out.splitlines():
+            if "|" in line:
+                job, word, reason = (line.strip().split("|", 2) + ["", ""])[:3]
+            else:
+                cols = line.split(None, 2)
+                if len(cols) < 2:
+                    continue
+                job, word, reason = (cols + [""])[:3]
+            job = job.strip()
+            if job in wanted:
+                result[job] = state_of(word, reason)
+        return result
+
+    def accounting(self, run: Run, job_id: str) -> Optional[StatusInfo]:
+        """sacct's record of a job squeue has forgotten (after MinJobAge). None without
+        accounting (`sacct` refuses or prints nothing) or without a record of the job."""
+        result = run(self.accounting_argv(job_id))
+        if result.rc != 0:
+            return None
+        return self.parse_accounting(result.out, job_id)
+
+    @staticmethod
+    def accounting_argv(job_id: str) -> List[str]:
+        # -X: the allocation only, not its steps; with -j the time window starts at the epoch
+        return ["sacct", "--noheader", "--parsable2", "--allocations", f"--format={SACCT_FORMAT}", "--jobs=" + job_id]
+
+    @staticmethod
+    def parse_accounting(out: str, job_id: str) -> Optional[StatusInfo]:
+        """`sacct --parsable2` lines in SACCT_FORMAT order, or under a `JobID|...|State|...`
+        header in any order (--parsable adds a trailing `|`). Steps (`14.batch`), array tasks
+        (`14_2`) and heterogeneous components (`14+0`) are not the job: no verdict from them."""
+        names = SACCT_FORMAT.split(",")
+        rows = []
+        for line in out.splitlines():
+            cols = [c.strip() for c in line.split("|")]
+            if cols[0] == "JobID":
+                names = cols
+            elif cols[0] == job_id:
+                rows.append(dict(zip(names, cols)))
+        if not rows:
+            return None
+        row = rows[-1]  # a requeued job: the latest record
+        info = state_of(row.get("State", ""))
+        return StatusInfo(info.state, exit_status(row.get("ExitCode", "")), info.raw or "sacct", comment=info.comment,
+                          never_runs=info.never_runs)
+
+    # ---- cancel ----------------------------------------------------------------------------
+    def cancel_argv(self, job_id: str) -> List[str]:
+        # scancel exits 0 and prints nothing for a job that had already ended or is unknown;
+        # -v makes it say so (`Kill job error on job id N: Job/step already completing or
+        # completed`, `... Invalid job id specified`), still with exit status 0.
+        return ["scancel", "-v", job_id]
+
+    def depend_flags(self, job_id: str):
+        return [f"--dependency=afterany:{job_id}"]
+
+    def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
+        text = f"{err or ''}\n{out or ''}".strip()
+        problems = [line.strip() for line in text.splitlines() if "error" in line.lower()]
+        if problems:
+            first = problems[0]
+            if self.is_unknown_job_error(first):
+                return CancelOutcome(sent=False, already_ended=True, message=first)
+            return CancelOutcome(sent=False, message=first)
+        if rc == 0:
+            return CancelOutcome(sent=True, message=text.splitlines()[0] if text else "")
+        return CancelOutcome(sent=False, message=text.splitlines()[0] if text else f"scancel exited {rc} without a message")
+
+    # ---- inside the job ----------------------------------------------------------------------
+    def nodes_from_env(self, env: Mapping[str, str]):
+        """SLURM_JOB_NODELIST is a hostlist (`n[1-3],gpu07`), not a file."""
+        from ..hostfile import count_hosts, expand_slurm_nodelist
+
+        value = env.get("SLURM_JOB_NODELIST")
+        if not value:
+            return None
+        return "$SLURM_JOB_NODELIST", count_hosts(expand_slurm_nodelist(value), f"$SLURM_JOB_NODELIST ({value[:80]})")

@@ -15,6 +15,13 @@ HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
 trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
+# The trainer checkpoints and stops by itself before the scheduler's kill (exit 75: resumable);
+# creating $HPC_LAUNCH_STOP asks the same at any time.
+HPC_LAUNCH_DEADLINE=""
+HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
+HPC_LAUNCH_CHECKPOINT_DIR=""
+export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
+rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
 echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 3 node(s) x 1 rank(s), script $HPC_LAUNCH_SCRIPT"
 set -u
 
@@ -51,6 +58,9 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   echo "MASTER_PORT=$MASTER_PORT"
   echo "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME"
   echo "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"
+  printf '%s=%s\n' HPC_LAUNCH_DEADLINE "$HPC_LAUNCH_DEADLINE"
+  printf '%s=%s\n' HPC_LAUNCH_STOP "$HPC_LAUNCH_STOP"
+  printf '%s=%s\n' HPC_LAUNCH_CHECKPOINT_DIR "$HPC_LAUNCH_CHECKPOINT_DIR"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
 export PDSH_RCMD_TYPE=ssh

@@ -24,6 +24,13 @@ HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
 trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
+# The trainer checkpoints and stops by itself before the scheduler's kill (exit 75: resumable);
+# creating $HPC_LAUNCH_STOP asks the same at any time.
+HPC_LAUNCH_DEADLINE=$(( $(date +%s) + 1620 ))
+HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
+HPC_LAUNCH_CHECKPOINT_DIR=""
+export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
+rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
 echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---

@@ -1,0 +1,82 @@
+"""Trainings longer than a walltime (issue 10), on the real testbed: a chain whose links stop
+themselves before their walltime at a complete checkpoint and resume in the next link, compared
+step by step with an unbroken run; and a Slurm job requeued under it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from e2e_support import make_cli
+
+pytestmark = [pytest.mark.scheduler, pytest.mark.chain]
+
+STEPS = 2400
+TRAIN = f"--model smallcnn --data synthetic --steps {STEPS} --micro-batch 8 --log-every 20 --checkpoint-every 200 --no-eval"
+LOSS = re.compile(r"^\[hpc-train\] step=(\d+) .*?loss=([\d.]+)", re.M)
+
+
+def _losses(text: str) -> dict:
+    return {int(s): float(v) for s, v in LOSS.findall(text)}
+
+
+def _unbroken(cli, cluster, workdir):
+    r = cli("submit", "--cluster", cluster, "--nodes", "2", "--name", "whole", "--walltime", "10m", "--follow",
+            "--train-args", TRAIN + " --checkpoint-dir whole-ckpt", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    job = r.stdout.splitlines()[0].strip()
+    return _losses((workdir / f"whole.o{job.split('.')[0]}").read_text())
+
+
+@pytest.mark.parametrize("cluster, path_first", [("tb-slurm", None), ("tb-pbs-mpi", "HPC_TESTBED_PBS_BIN")])
+def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(hpc_launch_bin, testbed, shared_workdir, cluster, path_first):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[path_first] if path_first else None)
+    whole = _unbroken(cli, cluster, shared_workdir)
+    assert max(whole) == STEPS
+    # 1 minute of walltime, stopping 40 s before it: each link trains for a few seconds
+    r = cli("submit", "--cluster", cluster, "--nodes", "2", "--name", "links", "--walltime", "1m", "--stop-before", "40s",
+            "--chain", "6", "--follow", "--train-args", TRAIN, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ids = [j["job_id"] for j in sorted((j for j in json.loads(cli("list", "--json", check=True).stdout) if j["name"] == "links"),
+                                       key=lambda j: j["submit_time"])]
+    assert len(ids) == 6
+    for job in ids:  # the follow ends with the link that finished; the later ones end at once after it
+        cli.wait_state(job, {"done", "timeout", "failed", "cancelled"}, timeout=300)
+    links = [json.loads(cli("status", "--json", job, check=True).stdout)[0] for job in ids]
+    logs = [(shared_workdir / f"links.o{j['job_id'].split('.')[0]}").read_text() for j in links]
+    stopped = [int(m.group(1)) for text in logs for m in re.finditer(r"stopped for time at step (\d+)", text)]
+    resumed = [int(m.group(1)) for text in logs for m in re.finditer(r"resumed from .* at step (\d+)", text)]
+    assert stopped, "no link was stopped by its walltime: the test proved nothing"
+    assert resumed[: len(stopped)] == stopped  # each link starts exactly where the last one stopped
+    states = [j["state"] for j in links]
+    first_done = states.index("done")
+    assert all(s == "timeout" for s in states[:first_done]) and all(j["exit_code"] == 75 for j in links[:first_done])
+    assert all(s == "done" for s in states[first_done:])  # later links find the training complete
+    assert any("training already complete" in text for text in logs[first_done + 1:]) or first_done == 5
+    chained = {}
+    for text in logs:
+        chained.update(_losses(text))
+    assert max(chained) == STEPS
+    # the same training as the unbroken run, step for step (no step recomputed or skipped)
+    assert sorted(chained) == sorted(whole)
+    for step, loss in whole.items():
+        assert abs(chained[step] - loss) < 2e-4, (step, chained[step], loss)
+
+
+def test_a_requeued_slurm_job_resumes_and_ends_done(hpc_launch_bin, testbed, shared_workdir):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    job = cli.submit("--cluster", "tb-slurm", "--nodes", "2", "--name", "rq", "--walltime", "10m", "--directive", "--requeue",
+                     "--train-args", "--model smallcnn --data synthetic --steps 600 --micro-batch 8 --log-every 20 "
+                     "--checkpoint-every 100 --checkpoint-dir rq-ckpt --no-eval")
+    log = shared_workdir / f"rq.o{job}"
+    cli.wait_log(log, "step=200", timeout=300)
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    r = cli("logs", "-f", job, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = log.read_text()
+    assert re.search(r"resumed from .*global_step\d+ at step \d+", text), text[-3000:]
+    assert "step=600 " in text
+    assert cli.wait_state(job, {"done"}, timeout=60) == "done"
