@@ -161,15 +161,19 @@ def submit(
         return
     from .jobs import submit as submit_job
 
+    announced: list = []
+
     def announce(record) -> None:  # runs before Ctrl-C is let through: the id is always printed
+        announced.append(record)
         print(record.job_id, flush=True)
         sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
 
     try:
         record = submit_job(prepared, on_recorded=announce)
     except KeyboardInterrupt:
-        sys.stderr.write("hpc-launch: interrupted after the job was submitted and recorded: it keeps running "
-                         "(`hpc-launch list` shows it)\n")
+        job = announced[0].job_id if announced else "(see `hpc-launch list`)"
+        sys.stderr.write(f"hpc-launch: interrupted after job {job} was submitted and recorded: it keeps running. "
+                         f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}\n")
         raise typer.Exit(130) from None
     if follow:
         from .follow import follow_chain

@@ -37,6 +37,8 @@ def _records(db: Path):
     con = sqlite3.connect(str(db))
     try:
         return con.execute("SELECT job_id, state FROM jobs").fetchall()
+    except sqlite3.OperationalError:  # interrupted while the store was first being created: no table yet
+        return []
     finally:
         con.close()
 
