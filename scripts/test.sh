@@ -13,6 +13,9 @@ step "testbed packages"
 testbed/install.sh
 step "python environment"
 scripts/setup-dev.sh test
+step "lint: ruff and mypy"
+.venv/bin/ruff check hpc_launch train tests bench
+.venv/bin/mypy hpc_launch train
 step "testbed up"
 testbed/up.sh
 # shellcheck source=testbed/env.sh

@@ -130,7 +130,8 @@ def test_pbs_wrapper_qstat_f(name, active, state):
 
 def test_pbs_pro_finished_job_with_exit_status():
     # real PBS Pro `qstat -f -x` (history) shape, from the OpenPBS qstat(1B) attribute names
-    text = "Job Id: 1234.pbs1\n    Job_Name = train\n    job_state = F\n    Exit_status = 0\n\nJob Id: 1235.pbs1\n    job_state = F\n    Exit_status = -29\n\nJob Id: 1236.pbs1\n    job_state = F\n    Exit_status = 271\n"
+    text = ("Job Id: 1234.pbs1\n    Job_Name = train\n    job_state = F\n    Exit_status = 0\n\n"
+            "Job Id: 1235.pbs1\n    job_state = F\n    Exit_status = -29\n\nJob Id: 1236.pbs1\n    job_state = F\n    Exit_status = 271\n")
     got = dialects.get("pbspro").parse_status(text, ["1234.pbs1", "1235.pbs1", "1236.pbs1"])
     assert got["1234.pbs1"].state == JobState.DONE
     assert got["1235.pbs1"].state == JobState.TIMEOUT

@@ -130,7 +130,7 @@ def run(args) -> int:
                 "data position follows the step count")
         step = int(saved["step"])
         say(f"resumed from {os.path.join(*found)} at step {step}")
-    if step >= args.total_steps:
+    if found is not None and step >= args.total_steps:
         # a later link of a chain whose training has finished: nothing left to do
         say(f"training already complete at step {step} (checkpoint {os.path.join(*found)}): nothing to do")
         dcomm.barrier()
