@@ -55,12 +55,12 @@ def ms(seconds: float) -> str:
 
 def bench_dry_run(python: str, cli: str, runs: int, env: dict, cwd: Path) -> None:
     print(f"== (a) submit --dry-run vs `python -c 'import jinja2, yaml'` ({runs} cold processes each, interleaved)")
-    base_argv, dry_argv = [python, *BASELINE], [cli, *DRY_RUN]
-    wall(base_argv, env, cwd), wall(dry_argv, env, cwd)  # warm the page cache and .pyc files
-    base, dry = [], []
+    base_argv, dry_argv, version_argv = [python, *BASELINE], [cli, *DRY_RUN], [cli, "--version"]
+    wall(base_argv, env, cwd), wall(dry_argv, env, cwd), wall(version_argv, env, cwd)  # warm caches and .pyc files
+    base, dry, version = [], [], []
     for i in range(runs):
-        pair = [(base, base_argv), (dry, dry_argv)]
-        for sink, argv in (pair if i % 2 == 0 else pair[::-1]):  # alternate which goes first
+        trio = [(base, base_argv), (dry, dry_argv), (version, version_argv)]
+        for sink, argv in (trio if i % 2 == 0 else trio[::-1]):  # alternate which goes first
             sink.append(wall(argv, env, cwd))
     interp = wall([python, "-c", "pass"], env, cwd)
     b, d = statistics.median(base), statistics.median(dry)
@@ -72,6 +72,9 @@ def bench_dry_run(python: str, cli: str, runs: int, env: dict, cwd: Path) -> Non
           f"{'PASS' if ratio < DRY_RUN_TARGET_RATIO else 'FAIL'}   (budget {ms(b * DRY_RUN_TARGET_RATIO).strip()}, "
           f"over by {ms(max(0.0, d - b * DRY_RUN_TARGET_RATIO)).strip()})")
     print(f"  ratio of the minimums        {min(dry) / min(base):7.2f}x   (less sensitive to a loaded machine)")
+    v = statistics.median(version)
+    print(f"  hpc-launch --version       {ms(v)}  ratio {v / b:5.2f}x   target < {DRY_RUN_TARGET_RATIO:.0f}x: "
+          f"{'PASS' if v / b < DRY_RUN_TARGET_RATIO else 'FAIL'}")
 
 
 def write_nodefile(path: Path, nodes: int, slots: int) -> None:

@@ -69,6 +69,17 @@ def _precision_of(cfg: dict):
     return torch.float32, "fp32"
 
 
+def _finished_checkpoint(args):
+    """(path, step) of a complete checkpoint that already holds every step, read from its marker
+    before any process group starts (every rank reads the same files and leaves together)."""
+    found = checkpoint.resolve_resume(args.resume, args.checkpoint_dir) if args.resume == "auto" else None
+    if found is None:
+        return None
+    meta = checkpoint.read_marker(*found) or {}
+    step = int(meta.get("step", -1))
+    return (os.path.join(*found), step) if step >= args.total_steps else None
+
+
 def run(args) -> int:
     info = dist.discover()
     dist.default_threads(info)
@@ -99,6 +110,10 @@ def run(args) -> int:
     cfg = resolve_config(args, info.world_size)
     dtype, precision = _precision_of(cfg)
     check_precision(precision)
+    done = _finished_checkpoint(args)
+    if done:  # a later link of a chain whose training has finished: nothing to start
+        say(f"training already complete at step {done[1]} (checkpoint {done[0]}): nothing to do")
+        return 0
 
     import deepspeed
     import deepspeed.comm as dcomm
@@ -130,12 +145,6 @@ def run(args) -> int:
                 "data position follows the step count")
         step = int(saved["step"])
         say(f"resumed from {os.path.join(*found)} at step {step}")
-    if found is not None and step >= args.total_steps:
-        # a later link of a chain whose training has finished: nothing left to do
-        say(f"training already complete at step {step} (checkpoint {os.path.join(*found)}): nothing to do")
-        dcomm.barrier()
-        dcomm.destroy_process_group()
-        return 0
     stop = StopRequest(os.environ.get("HPC_LAUNCH_STOP"), os.environ.get("HPC_LAUNCH_DEADLINE"))
     say(f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
         f"precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "

@@ -236,7 +236,9 @@ def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
     secret = f"s3cr3t-{os.getpid()}-{cluster}"
     probe = shared_workdir / "probe.py"
-    probe.write_text("import hashlib, os\nv = os.environ.get('MY_API_TOKEN', '')\nprint('token sha256', hashlib.sha256(v.encode()).hexdigest())\n")
+    # one write per line: two ranks print at once
+    probe.write_text("import hashlib, os, sys\nv = os.environ.get('MY_API_TOKEN', '')\n"
+                     "sys.stdout.write(f'token sha256 {hashlib.sha256(v.encode()).hexdigest()}\\n'); sys.stdout.flush()\n")
     job_id = cli.submit("--cluster", cluster, "--nodes", "1", "--script", str(probe), "--train-args", "",
                         "--pass-env", "MY_API_TOKEN", extra_env={"MY_API_TOKEN": secret})
     r = cli("logs", "-f", job_id, timeout=300)

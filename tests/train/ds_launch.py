@@ -57,8 +57,9 @@ def parse_run(rc: int, out: str, cmd=()) -> Run:
     cmd = list(cmd)
     run = Run(rc, out, cmd[cmd.index("--master_port") + 1] if "--master_port" in cmd else "")
     for line in out.splitlines():
-        if "[hpc-train]" in line:
-            run.steps.append(parse_line(line))
+        parsed = parse_line(line) if "[hpc-train]" in line else None
+        if parsed:  # metric lines only (not "[hpc-train] starting DeepSpeed ...")
+            run.steps.append(parsed)
         elif line.startswith("[hpc-eval]"):
             run.evals.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
     return run
