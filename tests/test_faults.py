@@ -152,4 +152,7 @@ def test_kill_9_of_one_rank_fails_the_job_and_is_not_a_cancel(hpc_launch_bin, sa
         time.sleep(1)
     assert state["state"] == "failed", state
     assert state["exit_code"] not in (0, None)
+    deadline = time.monotonic() + 30  # the script itself exits right after writing its exit code
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-s", job_id], capture_output=True).returncode == 0:
+        time.sleep(0.5)
     assert subprocess.run(["pgrep", "-s", job_id], capture_output=True).returncode != 0, "processes of the job are left"
