@@ -34,7 +34,11 @@ SIZES = (1000, 2000, 5000, 10000, 20000)
 
 def clean_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if not (k.startswith(("PBS_", "SLURM_", "SGE_", "COBALT_", "HPC_LAUNCH_")) or k in ("PE_HOSTFILE", "PYTHONPROFILEIMPORTTIME"))}
+           if not (k.startswith(("PBS_", "SLURM_", "SGE_", "COBALT_", "HPC_LAUNCH_"))
+                   or k in ("PE_HOSTFILE", "PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE"))}
+    # PYTHONDONTWRITEBYTECODE (set in some shells and CI images) would make every run compile
+    # hpc_launch's sources again while jinja2 and yaml keep the .pyc files pip wrote at install:
+    # an installed hpc-launch has its .pyc files too, so both sides run from bytecode.
     env["HPC_LAUNCH_CONFIG_DIR"] = str(tmp / "config")  # no user profiles or templates
     env["HPC_LAUNCH_STATE_DIR"] = str(tmp / "state")
     return env

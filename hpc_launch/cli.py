@@ -123,6 +123,7 @@ def submit(
     train_args: Optional[str] = typer.Option(None, "--train-args", help="arguments for the training entrypoint, as one shell-quoted string"),
     directive: List[str] = typer.Option([], "--directive", "-d", help="extra scheduler directive; replaces a default with the same key (repeatable)"),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="pods: comma-separated node names/IPs"),
+    gather: Optional[int] = typer.Option(None, "--gather", metavar="PORT", help="pods: the other hosts' addresses come at start-up from `hpc-launch announce` on them"),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="where the job runs and logs (default: here, or ~/hpc-launch/NAME remotely)"),
     venv: Optional[str] = typer.Option(None, "--venv", help="virtualenv to activate in the job"),
     login: Optional[str] = typer.Option(None, "--login", help="submit over SSH on this host (~/.ssh/config alias); `local` forces this machine"),
@@ -137,7 +138,8 @@ def submit(
     """Render the job script for a cluster and submit it (or print it with --dry-run)."""
     from pathlib import Path
 
-    from .spec import find_project_config, load_project_config, spec_from
+    from .project_config import find_project_config, load_project_config
+    from .spec import spec_from
     from .submit import prepare
 
     config_path = Path(config) if config else find_project_config()
@@ -147,7 +149,7 @@ def submit(
         group=group, name=name, modules=_split_list(modules), env=_parse_env(env), script=script,
         train_args=_split_args(train_args), directives=list(directive),
         hosts=_expand_hosts(hosts), workdir=workdir, venv=venv, login=login, pass_env=list(pass_env),
-        stop_before=stop_before, chain=chain,
+        stop_before=stop_before, chain=chain, gather=gather,
     )
     if train_args is not None and not overrides["train_args"]:
         overrides["train_args"] = None
@@ -214,6 +216,28 @@ def hostfile(
         hf.write_atomic(output, text)
     else:
         sys.stdout.write(text)
+
+
+@app.command()
+def announce(
+    target: str = typer.Argument(..., metavar="HOST:PORT", help="the first pod and the job's --gather port"),
+    name: Optional[str] = typer.Option(None, "--name", help="this host's name as the job's --hosts lists it (default: hostname)"),
+    address: Optional[str] = typer.Option(None, "--address", help="the address the others reach this host at (default: the one that reaches HOST)"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds to keep trying while the job has not started listening"),
+) -> None:
+    """On a worker pod: tell a `--gather` job starting on HOST this pod's name and address."""
+    from .gather import Refused
+    from .gather import announce as send
+
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter(f"{target!r} is not HOST:PORT (e.g. 10.0.0.11:29400)", param_hint="HOST:PORT")
+    try:
+        who, where = send(host, int(port), name=name, address=address, timeout=timeout)
+    except (Refused, TimeoutError) as exc:
+        _err(f"{exc}")
+        raise typer.Exit(1) from None
+    sys.stderr.write(f"announced {who} at {where} to {target}\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +353,24 @@ def logs(
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .records import JobStore
 
+    from .errors import JobNotFound
+
     store = JobStore()
-    record = store.get(job_id, cluster)
+    try:
+        record = store.get(job_id, cluster)
+    except JobNotFound:
+        from .jobs import group_members
+
+        members = group_members(store, job_id, cluster)
+        if not members:
+            raise
+        if not follow_:
+            raise HpcLaunchError(f"{job_id} is a sweep or job array of {len(members)} jobs",
+                                 hint=f"`hpc-launch logs JOBID` for one of them (`hpc-launch status {job_id}` lists them), or -f to follow them all") from None
+        from .sweep import watch
+
+        ended = watch(store, members, _transport_for)
+        raise typer.Exit(0 if all(r.state == "done" for r in ended) else 1) from None
     if follow_:
         from .follow import follow_chain
 
@@ -377,8 +417,11 @@ def status(
     from .jobs import refresh
     from .records import JobStore
 
+    from .jobs import find_jobs
+
     store = JobStore()
-    records = [store.get(j, cluster) for j in job_ids] if job_ids else store.list(cluster=cluster, active_only=True)
+    # a sweep's or a job array's id stands for all its jobs
+    records = [r for j in job_ids for r in find_jobs(store, j, cluster)] if job_ids else store.list(cluster=cluster, active_only=True)
     _show_jobs(refresh(store, records, _transport_for), json_)
 
 
@@ -447,8 +490,14 @@ def cancel(
     from .records import JobStore
     from .states import JobState
 
+    from .jobs import cancel_group, find_jobs
+
     store = JobStore()
-    record = store.get(job_id, cluster)
+    found = find_jobs(store, job_id, cluster)
+    if len(found) > 1 or (found[0].extra or {}).get("sweep") == job_id:  # a sweep or an array: all its jobs
+        sys.stderr.write("\n".join(cancel_group(store, found, _transport_for)) + "\n")
+        return
+    record = found[0]
     if JobState(record.state).terminal:
         raise HpcLaunchError(f"job {record.job_id} already ended ({record.state}" + (f", exit code {record.exit_code})" if record.exit_code is not None else ")"))
     result = cancel_job(store, record, _transport_for(record.host))
@@ -506,6 +555,146 @@ def doctor(
         diagnosis = diagnose(text, exit_code=record.exit_code, comment=record.comment, state=record.state)
     sys.stdout.write("\n".join(report_lines(diagnosis)) + "\n")
     raise typer.Exit(0 if diagnosis.found or diagnosis.succeeded else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep and report
+
+
+@app.command()
+def sweep(
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters, help="cluster profile name (default: local)"),
+    zero: Optional[str] = typer.Option(None, "--zero", help="ZeRO stages, comma-separated: 0,1,2,3"),
+    offload: Optional[str] = typer.Option(None, "--offload", help="offloads: none,optimizer,optimizer+params"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="precisions: fp32,bf16,fp16"),
+    nodes: Optional[str] = typer.Option(None, "--nodes", "-n", help="node counts, comma-separated"),
+    micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="per-rank micro-batches, comma-separated"),
+    grid: Optional[str] = typer.Option(None, "--grid", help="a YAML sweep file: axes (lists) and/or points: (flags win over its axes)"),
+    train_args: Optional[str] = typer.Option(None, "--train-args", help="the other training arguments, shared by every point"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q"),
+    walltime: Optional[str] = typer.Option(None, "--walltime", "-t", help="per point"),
+    group: Optional[str] = typer.Option(None, "--group", "--project", "-P"),
+    name: str = typer.Option("sweep", "--name", "-N", help="job name; the sweep's id is NAME-TIMESTAMP"),
+    env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE exported in every job (repeatable)"),
+    directive: List[str] = typer.Option([], "--directive", "-d", help="extra scheduler directive (repeatable)"),
+    workdir: Optional[str] = typer.Option(None, "--workdir"),
+    venv: Optional[str] = typer.Option(None, "--venv"),
+    login: Optional[str] = typer.Option(None, "--login"),
+    config: Optional[str] = typer.Option(None, "--config", help="project config file (default: ./hpc-launch.yaml if present)"),
+    profile: Optional[str] = typer.Option(None, "--profile"),
+    separate: bool = typer.Option(False, "--separate", help="one job per point even where the scheduler has arrays"),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="the report's folder (default: ./SWEEP_ID)"),
+    no_wait: bool = typer.Option(False, "--no-wait", help="submit and return; `hpc-launch report SWEEP_ID` later"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="check every point and print what would be submitted; submit nothing"),
+) -> None:
+    """Run a grid of DeepSpeed configurations (ZeRO stage, offload, precision, nodes, micro-batch) and report them.
+
+    Every point is checked first (batch arithmetic, DeepSpeed's config validator, plan's memory
+    estimators); one impossible point refuses the sweep. Submits one job array where the scheduler
+    has arrays and all points ask for the same nodes, else one job per point; waits for all; writes
+    report.md, report.csv, throughput.png and memory.png."""
+    from pathlib import Path
+
+    from . import sweep as sw
+    from .project_config import find_project_config, load_project_config
+    from .spec import spec_from
+
+    axes: dict = {}
+    points: list = []
+    if grid:
+        axes, points = sw.load_grid_file(grid)
+    for axis, raw in (("zero", zero), ("offload", offload), ("precision", precision), ("nodes", nodes), ("micro_batch", micro_batch)):
+        if raw is not None:
+            axes[axis] = sw.axis_values(axis, raw, f"--{axis.replace('_', '-')}")
+    values = sw.expand(axes, points, note=lambda line: sys.stderr.write(f"hpc-launch: {line}\n"))
+    config_path = Path(config) if config else find_project_config()
+    base = load_project_config(config_path) if config_path else {}
+    overrides = dict(cluster=cluster, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime, group=group, name=name,
+                     env=_parse_env(env), train_args=_split_args(train_args), directives=list(directive), workdir=workdir,
+                     venv=venv, login=login)
+    spec = spec_from(base, overrides)
+    plan = sw.plan(spec, values, profile_file=profile, separate=separate)
+    for line in plan.notes:
+        sys.stderr.write(f"hpc-launch: {line}\n")
+    if dry_run:
+        for sub in plan.submissions:
+            sys.stdout.write(sub.prepared.script.text)
+        sys.stderr.write(sw.describe(plan) + "\n")
+        return
+    from .records import JobStore
+
+    store = JobStore()
+    sys.stdout.write(plan.sweep_id + "\n")
+    sys.stdout.flush()
+
+    def announce(record) -> None:
+        extra = record.extra or {}
+        within = f" (task of array {extra['array']})" if extra.get("array") else ""
+        sys.stderr.write(f"submitted point {extra.get('point_index', 0) + 1} [{sw.label(extra.get('point', {}))}] as {record.job_id}{within}; log: {record.log_path}\n")
+
+    try:
+        if plan.shares_one_machine and not no_wait:
+            sys.stderr.write("hpc-launch: no scheduler on this cluster: the points run one after another, so none slows another's figures\n")
+            ended = sw.submit_in_turn(plan, _transport_for, store=store, on_recorded=announce)
+            _report(ended, out or plan.sweep_id, f"sweep {plan.sweep_id} on {ended[0].cluster}")
+            raise typer.Exit(0 if all(r.state == "done" for r in ended) else 1)
+        records = sw.submit(plan, store=store, on_recorded=announce)
+        if no_wait:
+            sys.stderr.write(f"hpc-launch: sweep {plan.sweep_id}: follow it with `hpc-launch logs -f {plan.sweep_id}`, report with `hpc-launch report {plan.sweep_id}`\n")
+            return
+        ended = sw.watch(store, records, _transport_for)
+    except KeyboardInterrupt:
+        later = " (points not yet started are not submitted)" if plan.shares_one_machine and not no_wait else ""
+        sys.stderr.write(f"hpc-launch: interrupted: the sweep's submitted jobs keep running{later}. Follow: hpc-launch logs -f {plan.sweep_id}   "
+                         f"Report: hpc-launch report {plan.sweep_id}   Stop: hpc-launch cancel {plan.sweep_id}\n")
+        raise typer.Exit(130) from None
+    _report(ended, out or plan.sweep_id, f"sweep {plan.sweep_id} on {ended[0].cluster}")
+    raise typer.Exit(0 if all(r.state == "done" for r in ended) else 1)
+
+
+def _report(records, out_dir: str, title: str) -> None:
+    from . import report as rp
+    from .follow import read_whole_log
+
+    def text(record) -> str:
+        try:
+            return read_whole_log(record)
+        except FileNotFoundError:
+            return ""
+
+    rows = rp.rows_for(records, text)
+    written = rp.write(rows, out_dir, title)
+    if not any(p.endswith(".png") for p in written):
+        sys.stderr.write(f"hpc-launch: {rp.MATPLOTLIB_MISSING}\n")
+    sys.stderr.write("hpc-launch: report: " + ", ".join(written) + "\n")
+
+
+@app.command()
+def report(
+    job_ids: List[str] = typer.Argument(..., help="job ids, job arrays' ids or sweep ids", autocompletion=_complete_jobs),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="the report's folder (default: ./report-FIRST_ID)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=_complete_clusters),
+) -> None:
+    """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
+    configuration; for one job also its loss and samples/s over steps (steps.png)."""
+    from .jobs import find_jobs, refresh
+    from .records import JobStore
+    from .states import JobState
+
+    store = JobStore()
+    records = []
+    for ident in job_ids:
+        for r in find_jobs(store, ident, cluster):
+            if r not in records:
+                records.append(r)
+    records = refresh(store, records, _transport_for)
+    running = [r.job_id for r in records if not JobState(r.state).terminal]
+    if running:
+        raise HpcLaunchError(f"{len(running)} of the jobs have not ended yet ({', '.join(running[:5])})",
+                             hint=f"wait for them (`hpc-launch logs -f {job_ids[0]}`), then report")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_ids[0])
+    _report(records, out or f"report-{safe}", f"report of {', '.join(job_ids)}")
 
 
 def main(argv: Optional[List[str]] = None) -> None:

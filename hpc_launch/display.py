@@ -28,7 +28,7 @@ _OP_BUILD = re.compile(r"^(Using \S+ as PyTorch extensions root|Emitting ninja b
 # an op that was built before is only loaded: hidden, but no "building" note
 _OP_LOAD = re.compile(r"^(Loading extension module|ninja: no work to do|Time to load \w+ op:|DeepSpeed \S+ built successfully)")
 NOISE_KINDS = ("DeepSpeed logger INFO/WARNING lines", "Python warnings and the source line they quote",
-               "JIT op build progress")
+               "JIT op build progress", "the entrypoint's start-up time stamps (for bench/)")
 
 
 @dataclass
@@ -77,6 +77,9 @@ class LogFilter:
         if line.startswith("[hpc-train] starting DeepSpeed"):
             self.note = "starting DeepSpeed: process group, engine, ops (built once per environment: minutes the first time)"
             return False  # the note says it
+        if line.startswith("[hpc-train] start-up:"):  # epoch stamps for bench/bench_launch.py, not for people
+            self.hidden += 1
+            return False
         if line.startswith(("[hpc-train]", "training ")):
             self.note = None
         return True

@@ -215,6 +215,13 @@ CAUSES: Tuple[Cause, ...] = (
         "(--env NCCL_DEBUG=INFO), and set the profile key net_if to the fast interface (e.g. ib0)",
         "PyTorch's ProcessGroupNCCL watchdog (ProcessGroupNCCL.cpp); gloo (transport/tcp/unbound_buffer.cc)"),
     Cause(
+        "stopped_for_time", "stopped itself before its walltime (resumable)",
+        (r"^\[hpc-train\] stopped for time at step (?P<step>\d+) of (?P<total>\d+)",),
+        "the training stopped itself before its walltime[[ at step {step} of {total}]], after writing a complete checkpoint: nothing failed",
+        "nothing to fix: submit the same job again, or use --chain N, and it resumes from that checkpoint; ask for more --walltime to need fewer links",
+        "the shipped entrypoint (train/trainer.py, exit 75 = stopped for time, resumable)",
+        signal=lambda f: "exit code 75: stopped for time at a complete checkpoint, resumable" if f.exit_code == 75 else None),
+    Cause(
         "walltime", "walltime exceeded",
         (r"=>> PBS: job killed: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
          r"killed by PBS: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
@@ -223,7 +230,7 @@ CAUSES: Tuple[Cause, ...] = (
         "ask for more with --walltime (up to the queue's limit: `hpc-launch clusters show CLUSTER`), or train in pieces that resume: "
         "--train-args '... --checkpoint-dir DIR --checkpoint-every N' (the next job resumes by itself)",
         "PBS MoM (`=>> PBS: job killed: walltime`, mom_main.c); Slurm slurmstepd (`DUE TO TIME LIMIT`, slurmstepd/req.c); Grid Engine h_rt (qacct failed 37) through the job's state",
-        signal=lambda f: "the scheduler ended the job at its time limit (state timeout)" if f.state == "timeout" else None),
+        signal=lambda f: "the scheduler ended the job at its time limit (state timeout)" if f.state == "timeout" and f.exit_code != 75 else None),
 )
 
 # Lines worth showing when nothing known matched; loggers' routine INFO/WARNING lines are not.

@@ -378,27 +378,38 @@ def _check_inputs(transport, prepared: "Prepared", workdir: str) -> None:
             raise SpecError(f"--script {job.script}: no such file {where}", hint="give the path of your training script as the job will see it")
 
 
+def _opened(prepared, store: Optional[JobStore], transport):
+    """The job store checked writable (a store that cannot take the record refuses before
+    anything exists) and a transport to where the job goes; own: whether we opened it."""
+    from .transport import open_transport
+
+    store = store or JobStore()
+    store.check_writable()
+    own = transport is None
+    return store, transport or open_transport(None if prepared.host == LOCAL else prepared.host), own
+
+
+def _placed(transport, prepared) -> "tuple[str, str]":
+    """The work dir as that host's absolute path (the script names it as rendered: `~/x` is
+    "$HOME"/x in it) and the script's path there, once the job's inputs are checked there."""
+    workdir = transport.resolve_path(prepared.job.workdir)
+    _check_inputs(transport, prepared, workdir)
+    return workdir, f"{workdir}/{prepared.script.script_relpath}"
+
+
 def submit(prepared: "Prepared", *, transport=None, store: Optional[JobStore] = None,
            sleep: Callable[[float], None] = time.sleep,
            on_recorded: Optional[Callable[[JobRecord], None]] = None) -> JobRecord:
     """Write the script where it will run, submit it, record it. Returns the JobRecord.
 
     `on_recorded` runs while interrupts are still held (the CLI prints the job id there)."""
-    from .transport import open_transport
 
     job = prepared.job
     profile = job.profile
     dialect = dialects.get(profile.dialect)
-    store = store or JobStore()
-    store.check_writable()  # a store that cannot take the record refuses before anything exists
-    own_transport = transport is None
-    transport = transport or open_transport(None if prepared.host == LOCAL else prepared.host)
+    store, transport, own_transport = _opened(prepared, store, transport)
     try:
-        # the script names the work dir as rendered (`~/x` is "$HOME"/x in it); the record keeps
-        # that host's absolute path
-        workdir = transport.resolve_path(job.workdir)
-        _check_inputs(transport, prepared, workdir)
-        script_path = f"{workdir}/{prepared.script.script_relpath}"
+        workdir, script_path = _placed(transport, prepared)
         written: List[str] = []
         # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
         # the submit command runs without them, so no scheduler keeps a copy
@@ -516,3 +527,125 @@ def adopt(store: JobStore, profile, *, job_id: str, host: str, name: str, workdi
                         script_path=script_path, submit_argv=[])
     store.add(record)
     return record
+
+
+# ---------------------------------------------------------------------------------------------
+# job arrays and sweeps: tracked, followed and cancelled as a group
+
+
+def submit_array(prepared: "Prepared", extras: List[dict], *, transport=None, store: Optional[JobStore] = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 on_recorded: Optional[Callable[[JobRecord], None]] = None) -> List[JobRecord]:
+    """One array job (rendered with `render(array=...)`): one submit command, one record per task,
+    each with `extras[i]` and the array's id in its extra."""
+
+    job = prepared.job
+    profile = job.profile
+    dialect = dialects.get(profile.dialect)
+    if job.pass_env:
+        raise SpecError("--pass-env cannot reach an array's tasks (each would read the one secrets file)",
+                        hint="export the value in the job's environment another way, or submit the points one by one")
+    store, transport, own_transport = _opened(prepared, store, transport)
+    try:
+        workdir, script_path = _placed(transport, prepared)
+        written: List[str] = []
+        try:
+            _write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
+            with signals_held() as caught:
+                parent = run_submit(transport, prepared.script.submit_argv, workdir, dialect,
+                                    script_relpath=prepared.script.script_relpath, sleep=sleep)
+                try:
+                    tasks = dialect.array_task_ids(parent, len(extras))
+                except SchedulerError as exc:  # a qsub that took the job but made no array of it
+                    import shlex
+
+                    written.clear()  # the job exists: its script stays
+
+                    raise SchedulerError(f"job {parent} was submitted but is not a job array ({exc.message}); it is not recorded",
+                                         hint=f"cancel it ({shlex.join(dialect.cancel_argv(parent))}) and run the sweep with --separate") from None
+                records = []
+                for i, task in enumerate(tasks):
+                    record = record_for(profile, dialect, job_id=task, host=prepared.host, name=job.name, workdir=workdir,
+                                        script_path=script_path, submit_argv=prepared.script.submit_argv)
+                    record.extra = {**record.extra, **extras[i], "array": parent, "task": i}
+                    _add_or_explain(store, record, prepared)
+                    records.append(record)
+                    if on_recorded is not None:
+                        on_recorded(record)
+        except NotRecorded:
+            raise
+        except BaseException:
+            for path in reversed(written):
+                _discard(transport, path)
+            raise
+        if caught:
+            raise KeyboardInterrupt
+        return records
+    finally:
+        if own_transport:
+            transport.close()
+
+
+def group_members(store: JobStore, ident: str, cluster: Optional[str] = None) -> List[JobRecord]:
+    """The jobs of the sweep or job array `ident` names (a sweep id, an array's id as submit
+    printed it, or that id's number), in point order; [] when it names none."""
+    ident = ident.strip()
+    members = []
+    for r in store.list(cluster=cluster, limit=100000):
+        extra = r.extra or {}
+        array = str(extra.get("array") or "")
+        if ident and (extra.get("sweep") == ident or array == ident or (array and array.split(".", 1)[0] in (ident, f"{ident}[]"))):
+            members.append(r)
+    return sorted(members, key=lambda r: (r.extra.get("point_index", r.extra.get("task", 0)), r.submit_time))
+
+
+def find_jobs(store: JobStore, ident: str, cluster: Optional[str] = None) -> List[JobRecord]:
+    """A job id -> [its record]; a sweep's or an array's id -> its jobs. Raises JobNotFound."""
+    from .errors import JobNotFound
+
+    try:
+        return [store.get(ident, cluster)]
+    except JobNotFound:
+        members = group_members(store, ident, cluster)
+        if members:
+            return members
+        raise
+
+
+def cancel_group(store: JobStore, records: List[JobRecord], transport_for, *, confirm_s: float = CANCEL_CONFIRM_S,
+                 sleep: Callable[[float], None] = time.sleep) -> List[str]:
+    """Cancel jobs of a sweep or array together: one cancel per array (the scheduler ends its
+    tasks), one per other job; then the ends the scheduler reports. Returns a line per job."""
+    records = refresh(store, records, transport_for)
+    active = [r for r in records if not JobState(r.state).terminal]
+    lines = [_ended_line(r.job_id, Outcome(JobState(r.state), r.exit_code, comment=r.comment), "had already ended")
+             for r in records if JobState(r.state).terminal]
+    targets: Dict[tuple, JobRecord] = {}
+    for r in active:
+        extra = dict(r.extra or {})
+        extra["cancel_requested_at"] = time.time()
+        store.update(r.cluster, r.job_id, extra=extra)  # recorded before the request goes out
+        targets.setdefault((r.cluster, r.host, extra.get("array") or r.job_id), r)
+    for (_cluster, host, target), r in targets.items():
+        dialect = dialects.get(r.dialect)
+        result = _runner(transport_for(host), r)(dialect.cancel_argv(target))
+        outcome = dialect.parse_cancel(result.rc, result.out, result.err)
+        if not outcome.sent and not outcome.already_ended:
+            lines.append(f"could not cancel {target}: {outcome.message}")
+    deadline = time.monotonic() + confirm_s
+    delay = 0.5
+    pending = active
+    while pending:
+        current = [store.get(r.job_id, r.cluster) for r in pending]  # with their cancel requests
+        pending = [r for r in refresh(store, current, transport_for) if not JobState(r.state).terminal]
+        if not pending or time.monotonic() >= deadline:
+            break
+        sleep(delay)
+        delay = min(delay * 2, 4.0)
+    for r in active:
+        now = store.get(r.job_id, r.cluster)
+        if JobState(now.state).terminal:
+            lines.append(_ended_line(now.job_id, Outcome(JobState(now.state), now.exit_code, comment=now.comment), "ended"))
+        else:
+            lines.append(f"cancel of {now.job_id} requested; the scheduler still reports it {now.state}: `hpc-launch status {now.job_id}` shows when it ends")
+    return lines

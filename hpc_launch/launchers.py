@@ -21,6 +21,12 @@ class Launcher:
     deepspeed_cli: bool = False
     # Remote ranks get the environment from a line-based .deepspeed_env (KEY=VALUE per line).
     env_file: bool = False
+    # Remote ranks get .deepspeed_env through a shell command line (DeepSpeed's pdsh runner:
+    # `export KEY="VALUE"; ...`), so values must not hold " $ ` \.
+    env_via_shell: bool = False
+    # Reaches the other nodes over ssh (pdsh): they are checked before launch, and `cancel`
+    # stops the ranks there.
+    over_ssh: bool = False
     # Starts ranks on this node only.
     single_node: bool = False
     # Renders a per-local-rank CPU list (the profile's launch.cpu_bind).
@@ -37,7 +43,7 @@ _LAUNCHERS: Dict[str, Launcher] = {entry.name: entry for entry in (
              deepspeed_cli=True, single_node=True),
     Launcher("deepspeed-pdsh", "DeepSpeed's launcher fanning out over ssh/pdsh (pods, sites with node ssh)",
              "RANK/LOCAL_RANK/WORLD_SIZE from the deepspeed launcher", ".deepspeed_env",
-             deepspeed_cli=True, env_file=True),
+             deepspeed_cli=True, env_file=True, env_via_shell=True, over_ssh=True),
     Launcher("deepspeed-openmpi", "DeepSpeed's launcher driving mpirun (the ABCI 2.0 tutorial)",
              "OMPI_COMM_WORLD_*", ".deepspeed_env (turned into mpirun -x)", deepspeed_cli=True, env_file=True),
     Launcher("mpirun", "Open MPI mpirun, one rank per GPU", "OMPI_COMM_WORLD_*", "mpirun -x NAME"),

@@ -11,13 +11,14 @@ The schema is msgspec (fast to import: the dry-run path must stay close to `impo
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, TYPE_CHECKING, Tuple, get_args
 
 import msgspec
-import yaml
 from msgspec import Meta, Struct
 
 from .dialects import names as dialect_names
@@ -241,6 +242,90 @@ def _check_placeholders(text: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # discovery and loading
 
+class ParsedCache:
+    """Parsed profile files kept on disk between runs, keyed by path, mtime, size and inode.
+
+    Parsing the dozen shipped YAML files (facts and all) is the largest single cost of a cold
+    dry-run: with every file unchanged, the run neither parses YAML nor imports the YAML library.
+    marshal is the interpreter's own loader; a file whose data it cannot hold (a YAML date, say)
+    is simply parsed every time. A cache that cannot be read or written is only slower.
+    """
+
+    LIMIT = 256  # entries; test suites and many override dirs would otherwise grow it forever
+    RACY_NS = 2_000_000_000
+
+    def __init__(self) -> None:
+        self.path = self._location()
+        self.entries: Dict[str, Tuple[Tuple[int, ...], bytes]] = {}
+        self.dirty = False
+        if self.path is not None:
+            try:
+                import marshal
+
+                loaded = marshal.loads(self.path.read_bytes())
+                if isinstance(loaded, dict):
+                    self.entries = loaded
+            except (OSError, EOFError, ValueError, TypeError):
+                pass
+
+    @staticmethod
+    def _location() -> Optional[Path]:
+        if os.environ.get("HPC_LAUNCH_NO_CACHE"):
+            return None
+        try:
+            from platformdirs import user_cache_dir
+
+            from . import __version__
+
+            return Path(user_cache_dir("hpc-launch")) / f"profiles-{__version__}.marshal"
+        except Exception:  # noqa: BLE001 - no usable home: parse every time
+            return None
+
+    def read(self, path: Path) -> Dict[str, Any]:
+        import marshal
+
+        try:
+            st = path.stat()
+        except OSError:
+            return _read_yaml(path)  # raises the one-line error
+        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+        key = str(path)
+        hit = self.entries.get(key)
+        if hit is not None and tuple(hit[0]) == stamp:
+            try:
+                return marshal.loads(hit[1])
+            except (EOFError, ValueError, TypeError):
+                pass
+        data = _read_yaml(path)
+        if time.time_ns() - st.st_ctime_ns < self.RACY_NS:
+            # File times tick in jiffies: a file rewritten twice within one tick, at the same
+            # size, would look unchanged. Trust only files that have been quiet a while (git's
+            # "racily clean" rule).
+            self.entries.pop(key, None)
+            return data
+        try:
+            self.entries[key] = (stamp, marshal.dumps(data))
+            self.dirty = True
+        except ValueError:  # a value marshal cannot hold: parse this file every time
+            self.entries.pop(key, None)
+        return data
+
+    def save(self) -> None:
+        if not self.dirty or self.path is None:
+            return
+        import marshal
+        import tempfile
+
+        entries = dict(list(self.entries.items())[-self.LIMIT:])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".profiles-")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(marshal.dumps(entries))
+            os.replace(tmp, self.path)  # atomic: a concurrent reader sees the old or the new file
+        except OSError:
+            pass
+
 _Found = Dict[str, Tuple[Dict[str, Any], List[Path]]]
 
 
@@ -252,6 +337,8 @@ def _read_yaml(path: Path) -> Dict[str, Any]:
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ProfileError(f"{path} line {line}: not valid UTF-8 (byte {exc.object[exc.start]:#04x})", hint="save the file as UTF-8") from None
+    import yaml  # only when a file changed since it was last parsed (see ParsedCache)
+
     try:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
@@ -290,13 +377,15 @@ def _discover(dirs: Tuple[Path, ...]) -> Tuple[_Found, Dict[str, ProfileError]]:
     override breaks only the cluster it is named after, never the others."""
     found: _Found = {}
     broken: Dict[str, ProfileError] = {}
+    cache = ParsedCache()
     for directory in dirs:
         if directory.is_dir():
             for path in sorted(directory.glob("*.yaml")):
                 try:
-                    _add(found, _read_yaml(path), path)
+                    _add(found, cache.read(path), path)
                 except ProfileError as exc:
                     broken[path.stem] = exc
+    cache.save()
     return found, broken
 
 

@@ -183,7 +183,9 @@ def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
     return Sh('"$HPC_TRAIN"')  # set by the script from the installed package (templates/body/job.sh.j2)
 
 
-def render(job: ResolvedJob, *, stamp: str) -> JobScript:
+def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = None) -> JobScript:
+    """`array`: one job array whose task i runs the entrypoint with array[i] as its training
+    arguments (a sweep); only for a dialect with arrays."""
     p = job.profile
     dialect = dialects.get(p.dialect)
     name = script_name(job, stamp)
@@ -191,7 +193,8 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
     # dir is absolute, `~/...` or resolved only on the login node (dry-run == submission).
     script_path = f"{SCRIPT_DIR}/{name}"
     log_prefix = f"{job.name}.o"  # where a dialect with no scheduler logs
-    argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=submit_flags(job), log_prefix=log_prefix), p.commands)
+    flags = submit_flags(job) + (dialect.array_flags(len(array)) if array else [])
+    argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=flags, log_prefix=log_prefix), p.commands)
     launcher = launchers.get(p.launch.launcher)
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
@@ -203,12 +206,12 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         script_name=name,
         profile=p,
         dialect=dialect,
-        directives=[Sh(line) for line in directive_lines(job)] if dialect.has_scheduler else [],
+        directives=[Sh(line) for line in (dialect.array_directives(directive_lines(job)) if array else directive_lines(job))] if dialect.has_scheduler else [],
         prefix=Sh(dialect.directive_prefix),
         submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
         workdir=path_expr(job.workdir),
         job_id_expr=Sh(dialect.job_id_expr),
-        job_num_expr=Sh(dialect.job_num_expr),
+        job_num_expr=Sh(dialect.array_job_num_expr if array else dialect.job_num_expr),
         log_name=log_name,
         tee=p.log.live == "tee",
         modules_init=Sh(p.modules.init) if p.modules.init else None,
@@ -221,7 +224,11 @@ def render(job: ResolvedJob, *, stamp: str) -> JobScript:
         launcher_args_str=" ".join(shlex.quote(a) for a in p.launch.args),
         entry=launch_entry(job, deepspeed_launcher=launcher.deepspeed_cli),
         python=q(p.python.python) if not job.venv else Sh("python"),
-        train_args=qjoin(job.train_args),
+        # an array task's arguments are its point's, chosen by its index (templates/body/job.sh.j2)
+        train_args=Sh('"${HPC_LAUNCH_TRAIN_ARGS[@]}"') if array else qjoin(job.train_args),
+        array_points=[qjoin(args) for args in array or []],
+        array_index=Sh(f"${{{dialect.array_index_var}:-}}") if array else None,
+        array_first=dialect.array_first_index,
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
         ds_env_keys=[Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))],
         hosts=job.hosts,

@@ -10,28 +10,20 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
-
-import msgspec
-
-try:
-    from typing import Annotated
-except ImportError:  # Python 3.8
-    from typing_extensions import Annotated
+from typing import Any, Dict, List, Optional
 
 from . import dialects, launchers, site_rules
 from .errors import SpecError
 from .profiles import Profile
 from .walltime import hms, minutes, parse_walltime
 
-PROJECT_CONFIG_NAMES = ("hpc-launch.yaml", ".hpc-launch.yaml")
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 # queue, group, module names, hosts; never a leading '-' (it would read as an option: `-P -x`)
 _TOKEN = re.compile(r"^[A-Za-z0-9_.@%+][A-Za-z0-9_.@%+:/=-]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DS_ENV_UNSAFE = re.compile(r'["$`\\]')  # DeepSpeed's pdsh runner only wraps values in "..."
 # Names whose values must not be written into a job script (it is copied, kept, often world-readable).
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
@@ -58,92 +50,13 @@ class JobSpec:
     pass_env: List[str] = field(default_factory=list)  # names whose values reach the job in a 0600 file, never written in the script
     stop_before: Optional[str] = None  # checkpoint and stop this long before the walltime (default: a tenth, 30 s to 5 min)
     chain: int = 1  # N dependent jobs, each resuming from the newest complete checkpoint
+    gather: Optional[int] = None  # pods: a port where the other hosts announce their addresses at start-up
 
     @classmethod
     def keys(cls) -> List[str]:
         return [f.name for f in fields(cls)]
 
 
-def find_project_config(start: Optional[Path] = None) -> Optional[Path]:
-    here = (start or Path.cwd()).resolve()
-    for directory in [here, *here.parents]:
-        for name in PROJECT_CONFIG_NAMES:
-            candidate = directory / name
-            if candidate.is_file():
-                return candidate
-        if (directory / ".git").exists():
-            break
-    return None
-
-
-class ProjectConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """hpc-launch.yaml: the same keys as the submit options, typed (a typo is an error, not a default)."""
-
-    cluster: Optional[str] = None
-    nodes: Optional[Annotated[int, msgspec.Meta(ge=1)]] = None
-    gpus_per_node: Optional[Annotated[int, msgspec.Meta(ge=0)]] = None
-    queue: Optional[str] = None
-    walltime: Optional[Union[str, int]] = None
-    group: Optional[str] = None
-    name: Optional[str] = None
-    modules: Optional[Union[List[str], str]] = None
-    env: Dict[str, Union[str, int, float, bool]] = {}
-    script: Optional[str] = None
-    train_args: Optional[Union[List[Union[str, int, float]], str]] = None
-    directives: Union[List[str], str] = []
-    workdir: Optional[str] = None
-    venv: Optional[str] = None
-    conda: Optional[str] = None
-    hosts: Optional[Union[List[str], str]] = None
-    login: Optional[str] = None
-    pass_env: List[str] = []
-
-
-_ALIASES = {"project": "group", "gpus": "gpus_per_node", "train-args": "train_args", "gpus-per-node": "gpus_per_node", "pass-env": "pass_env"}
-
-
-def load_project_config(path: Path) -> Dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save it as UTF-8") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"{path}: cannot read the project config ({getattr(exc, 'problem', None) or getattr(exc, 'strerror', None) or exc})") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: the project config must be a YAML mapping (keys: {', '.join(JobSpec.keys())})")
-    data = {_ALIASES.get(str(k), str(k)): v for k, v in data.items()}
-    try:
-        cfg = msgspec.convert(data, ProjectConfig)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        unknown = re.match(r"Object contains unknown field `(\w+)`", text)
-        if unknown:
-            raise SpecError(f"{path}: unknown key {unknown.group(1)!r}", hint=f"known keys: {', '.join(JobSpec.keys())}") from None
-        m = re.search(r" - at `\$\.?([^`]*)`$", text)
-        where = f"key `{m.group(1)}`: " if m else ""
-        raise SpecError(f"{path}: {where}{text[: m.start()] if m else text}", hint="see docs/commands.md for the keys and their types") from None
-    out: Dict[str, Any] = {}
-    for key in data:
-        value = getattr(cfg, key)
-        if key == "train_args" and isinstance(value, str):
-            import shlex
-
-            try:
-                value = shlex.split(value)
-            except ValueError as exc:
-                raise SpecError(f"{path}: key `train_args`: {exc}", hint="quote it as one shell word list") from None
-        elif key == "train_args" and value is not None:
-            value = [str(v) for v in value]
-        elif key == "env":
-            value = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-        elif key in ("modules", "hosts", "directives") and isinstance(value, str):
-            value = [value]
-        elif key == "walltime" and value is not None:
-            value = str(value)
-        out[key] = value
-    return out
 
 
 def spec_from(config: Dict[str, Any], overrides: Dict[str, Any]) -> JobSpec:
@@ -318,6 +231,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
         if launcher.env_file and _CONTROL.search(str(value)):
             # .deepspeed_env is line-based: one KEY=VALUE per line, nothing else
             raise SpecError(f"the value of {key} contains a newline or control character, which DeepSpeed's .deepspeed_env cannot carry")
+        if launcher.env_via_shell and spec.nodes > 1 and (_DS_ENV_UNSAFE.search(str(value)) or str(value) != str(value).strip()):
+            # DeepSpeed's pdsh runner writes `export KEY="VALUE";` into the remote shell command
+            raise SpecError(f"the value of {key} holds \" $ ` \\ or leading/trailing spaces: DeepSpeed's pdsh launcher hands it to the other nodes' shell inside \"...\", which would expand or cut it",
+                            hint=f"drop those characters from {key}, or use --nodes 1")
 
     for key in env:
         if _SECRET.search(key):
@@ -347,9 +264,18 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
     hosts = list(spec.hosts if spec.hosts is not None else p.hosts)
     for host in hosts:
         _check_token(host, "host", "hosts are names or IP addresses")
-    if not dialect.has_scheduler:
+    if spec.gather is not None:  # the other hosts announce their addresses when the job starts (hpc_launch/gather.py)
+        if dialect.has_scheduler or not launcher.over_ssh:
+            raise SpecError(f"--gather is for machines with no scheduler reached over ssh; {p.name} finds its nodes itself", hint="drop --gather, or use --cluster pods")
+        if not isinstance(spec.gather, int) or not 1024 <= spec.gather <= 65535:
+            raise SpecError(f"--gather {spec.gather}: the port must be 1024-65535", hint="e.g. --gather 29400")
+        if not p.net_if:
+            raise SpecError(f"--gather needs `net_if` in the {p.name} profile: the interface whose address the others announce to", hint="set net_if: eth0 (or your pods' interface) in your profile")
+        if spec.nodes < 2:
+            raise SpecError("--gather with one node: no other host to wait for", hint="pass --nodes N (this machine and N-1 that announce), or --hosts THIS,POD2,... naming them")
+    if not dialect.has_scheduler and not (spec.gather is not None and not hosts):
         if not hosts:
-            raise SpecError(f"{p.name} has no node list", hint="pass --hosts pod1,pod2 (names or IPs reachable over ssh) or set `hosts:` in your profile")
+            raise SpecError(f"{p.name} has no node list", hint="pass --hosts pod1,pod2 (names or IPs reachable over ssh), set `hosts:` in your profile, or --gather PORT --nodes N")
         if launcher.single_node and spec.nodes > 1:
             raise SpecError(f"{p.name} runs on this machine only", hint="use --nodes 1, or the `pods` cluster for several machines")
         if spec.nodes > len(hosts):

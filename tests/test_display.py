@@ -25,6 +25,7 @@ NOISE = [
     re.compile(r"FutureWarning|DeprecationWarning|UserWarning"),
     re.compile(r"^\s+return func\(\*args, \*\*kwargs\)$"),  # the source line a warning quotes
     re.compile(r"built successfully|Building extension module|Time to load \w+ op"),
+    re.compile(r"^\[hpc-train\] start-up: "),  # time stamps for bench/, not for people
 ]
 
 
@@ -125,3 +126,12 @@ def test_the_main_job_shows_a_clean_terminal_and_a_summary_while_the_log_keeps_e
     assert f"job {job_id}: done, exit code 0" in r.stderr and "start-up" in r.stderr
     summary = subprocess.run([hpc_launch_bin, "logs", job_id, "--summary"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert f"final loss {last['loss']:.4f}" in summary.stdout
+
+
+def test_the_entrypoints_start_up_stamps_stay_in_the_log():
+    # as the entrypoint prints them (README's main job, 2026-11-23); bench/bench_launch.py reads them from the log
+    stamps = ("[hpc-train] start-up: process=1795434486.610 imported=1795434490.778 process_group=1795434543.482 "
+              "deepspeed=1795434546.988 first_step=1795434547.015\n")
+    node = "[hpc-train] node vm: rank 0 of 2, pid 9147\n"
+    f = LogFilter()
+    assert f.feed(node + stamps) == node and f.hidden == 1

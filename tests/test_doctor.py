@@ -70,6 +70,8 @@ CASES = [
     ("gloo-collective-timeout.log", "collective_timeout", {}, "Timed out waiting 3000ms for recv operation", None),
     ("nccl-watchdog-timeout.log", "collective_timeout", {}, "Watchdog caught collective operation timeout", 1),
     ("slurm-time-limit.log", "walltime", {"state": "timeout"}, "CANCELLED AT 2026-11-23T00:46:20 DUE TO TIME LIMIT", 2),
+    # a chain link that stopped itself (exit 75) is not "killed by the scheduler", though Slurm says CANCELLED for its step
+    ("hpc-train-stopped-for-time.log", "stopped_for_time", {"exit_code": 75, "state": "timeout"}, "stopped for time at step 80 of 900", 28),
 ]
 
 

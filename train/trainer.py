@@ -80,11 +80,28 @@ def _finished_checkpoint(args):
     return (os.path.join(*found), step) if step >= args.total_steps else None
 
 
+def _process_start() -> float:
+    """When this process started (epoch seconds), from /proc; now where /proc is missing."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
 def run(args) -> int:
+    started_at = _process_start()
     info = dist.discover()
     dist.default_threads(info)
     dist.export_env(info)
     is_main = info.rank == 0
+    if info.local_rank == 0:  # one line per node: where the ranks run (pods, schedulers alike)
+        import socket
+
+        print(f"[hpc-train] node {socket.gethostname()}: rank {info.rank} of {info.world_size}, pid {os.getpid()}", flush=True)
 
     def say(msg):
         if is_main:
@@ -120,15 +137,19 @@ def run(args) -> int:
     import torch
     import torch.nn.functional as F
 
+    imported_at = time.time()
+
     # The process group and DeepSpeed's engine (which JIT-builds its ops on first use in an
     # environment, silently, for up to minutes): say so, so the follower can show progress.
     say("[hpc-train] starting DeepSpeed: process group, engine and ops (built once per environment)")
     init_started = time.perf_counter()
     dist.init_distributed(info)
+    group_at = time.time()
     torch.manual_seed(args.seed)
     model = build_model(args.model, data.num_classes)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     say(f"[hpc-train] DeepSpeed ready in {time.perf_counter() - init_started:.1f} s")
+    ready_at = time.time()
     device = engine.device
     meta = {"model": args.model, "data": args.data, "num_classes": data.num_classes, "image_size": data.image_size,
             "zero_stage": engine.zero_optimization_stage(), "precision": precision, "world_size": info.world_size,
@@ -147,7 +168,7 @@ def run(args) -> int:
         say(f"resumed from {os.path.join(*found)} at step {step}")
     stop = StopRequest(os.environ.get("HPC_LAUNCH_STOP"), os.environ.get("HPC_LAUNCH_DEADLINE"))
     say(f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
-        f"precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "
+        f"offload={args.offload} precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "
         f"steps={args.total_steps} steps/epoch={steps_per_epoch} threads/rank={torch.get_num_threads()}")
 
     from .metrics import StepMeter, step_line
@@ -181,6 +202,9 @@ def run(args) -> int:
                     engine.monitor.write_events([("Train/Samples/train_loss", loss_value, engine.global_samples),
                                                  ("Train/Samples/samples_per_sec", meter.average,
                                                   engine.global_samples)])
+            if step == 1:  # epoch seconds of each start-up phase on rank 0 (bench/bench_launch.py)
+                say(f"[hpc-train] start-up: process={started_at:.3f} imported={imported_at:.3f} process_group={group_at:.3f} "
+                    f"deepspeed={ready_at:.3f} first_step={time.time():.3f}")
             if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
                 checkpoint.save(engine, args.checkpoint_dir, step, meta)
                 last_saved = step

@@ -197,6 +197,30 @@ class Dialect:
                 return f"${var}", count_hosts(read_node_file(env[var], f"${var}").splitlines(), f"${var} ({env[var]})")
         return None
 
+    # ---- arrays (one task per sweep point) ----------------------------------------------------
+    # The variable holding a task's index inside an array job; "" where the scheduler has no
+    # arrays (a sweep then submits one job per point).
+    array_index_var: str = ""
+    array_first_index: int = 1
+    # JOB_NUM inside an array task (log, exit-code file and hostfile names).
+    array_job_num_expr: str = ""
+
+    @property
+    def has_arrays(self) -> bool:
+        return bool(self.array_index_var)
+
+    def array_flags(self, count: int) -> List[str]:
+        """Submit flags that make the job an array of `count` tasks."""
+        raise NotImplementedError(f"{self.name} has no job arrays")
+
+    def array_task_ids(self, parent_id: str, count: int) -> List[str]:
+        """The id of each task (in index order), as status and cancel take it."""
+        raise NotImplementedError(f"{self.name} has no job arrays")
+
+    def array_directives(self, lines: Sequence[str]) -> List[str]:
+        """Directive lines of an array job (where a task's log name must differ from the job's)."""
+        return list(lines)
+
     # ---- names -----------------------------------------------------------------------------
     def job_num(self, job_id: str) -> str:
         """The numeric part used in log names (12345 for 12345.pbs1)."""

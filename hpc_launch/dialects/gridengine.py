@@ -80,7 +80,20 @@ def parse_xml(text: str) -> Dict[str, List[str]]:
         number, state = job.findtext("JB_job_number"), job.findtext("state")
         if number:
             rows.setdefault(number.strip(), []).append((state or "").strip())
+            for task in _task_ids(job.findtext("tasks") or ""):  # an array's tasks: `42.3` too
+                rows.setdefault(f"{number.strip()}.{task}", []).append((state or "").strip())
     return rows
+
+
+def _task_ids(text: str) -> List[int]:
+    """qstat's `<tasks>`: `3` (a running task), `1-4:1` (pending ones), `1,2,4` -> [indices]."""
+    out: List[int] = []
+    for part in text.strip().split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if m:
+            first, last, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+            out += list(range(first, last + 1, max(step, 1)))
+    return out
 
 
 def _merge(infos: List[StatusInfo]) -> StatusInfo:
@@ -153,7 +166,22 @@ class GridEngine(Dialect):
 
     @staticmethod
     def accounting_argv(job_id: str) -> List[str]:
-        return ["qacct", "-j", job_id]
+        number, _, task = job_id.partition(".")
+        return ["qacct", "-j", number] + (["-t", task] if task else [])
+
+    # ---- arrays: `-t 1-N`; task i is `ID.i` to qstat, qacct -t and qdel (log NAME.oID.i) ------
+    array_index_var = "SGE_TASK_ID"
+    array_first_index = 1
+    array_job_num_expr = '"${JOB_ID}.${SGE_TASK_ID}"'
+
+    def array_flags(self, count: int) -> List[str]:
+        return ["-t", f"1-{count}"]
+
+    def array_task_ids(self, parent_id: str, count: int) -> List[str]:
+        return [f"{parent_id}.{i}" for i in range(1, count + 1)]
+
+    def job_num(self, job_id: str) -> str:
+        return job_id  # a number; a task's `42.3` is its log's number too (NAME.o42.3)
 
     @staticmethod
     def parse_accounting(out: str) -> StatusInfo:

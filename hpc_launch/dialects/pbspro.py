@@ -158,6 +158,21 @@ class PBSPro(Dialect):
         # id (site banners, warnings) is skipped, an IP address or a sentence is never an id.
         return last_matching_line(out, r"^(\d+(?:\[\])?(?:\.[A-Za-z][\w.-]*)?)$", "qsub").group(1)
 
+    # ---- arrays: `-J 1-N`; the array is `16[].server`, task i `16[i].server` (log NAME.o16.i) --
+    array_index_var = "PBS_ARRAY_INDEX"
+    array_first_index = 1
+    array_job_num_expr = job_num_expr  # already `16.3` inside a subjob
+
+    def array_flags(self, count: int) -> List[str]:
+        return ["-J", f"1-{count}"]  # PBS refuses a range of one (qsub: illegal -J value)
+
+    def array_task_ids(self, parent_id: str, count: int) -> List[str]:
+        m = re.match(r"^(\d+)\[\](.*)$", parent_id)
+        if not m:
+            raise SchedulerError(f"qsub -J answered {parent_id!r}, not an array id like 16[].server",
+                                 hint="this site's qsub does not make PBS arrays: run the sweep as separate jobs")
+        return [f"{m.group(1)}[{i}]{m.group(2)}" for i in range(1, count + 1)]
+
     # ---- status ----------------------------------------------------------------------------
     def depend_flags(self, job_id: str) -> List[str]:
         return ["-W", f"depend=afterany:{job_id}"]

@@ -75,6 +75,20 @@ def state_of(word: str, reason: str = "") -> StatusInfo:
     return StatusInfo(state, None, raw, comment=comment, never_runs=never)
 
 
+def _array_members(job: str) -> List[str]:
+    """squeue's `%i` of an array's pending tasks, `12_[0-1,4]` (`%2` at the end: a throttle),
+    -> [12_0, 12_1, 12_4]; any other id as it is."""
+    m = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", job)
+    if not m:
+        return [job]
+    out = []
+    for part in m.group(2).split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            out += [f"{m.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return out
+
+
 def exit_status(value: str) -> Optional[int]:
     """sacct's ExitCode `code:signal` -> one number: the code, or 128 + signal when a signal
     ended it (as a shell reports it: 0:9 -> 137)."""
@@ -99,6 +113,23 @@ class Slurm(Dialect):
 
     def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
         return list(program or [self.submit_program]) + ["--parsable"] + list(submit_flags) + [script_path]
+
+    # ---- arrays: `--array=0-N`; task i is `ID_i` to squeue, sacct and scancel -------------------
+    array_index_var = "SLURM_ARRAY_TASK_ID"
+    array_first_index = 0
+    # each task has a SLURM_JOB_ID of its own, which no one knows at submission: name its files
+    # by the array's id and the task's index, as `--output=%A_%a` does
+    array_job_num_expr = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
+
+    def array_flags(self, count: int) -> List[str]:
+        return [f"--array=0-{count - 1}"]
+
+    def array_task_ids(self, parent_id: str, count: int) -> List[str]:
+        return [f"{parent_id}_{i}" for i in range(count)]
+
+    def array_directives(self, lines: Sequence[str]) -> List[str]:
+        # %j in an array task is its own job id: the log is %A_%a (array id, task index)
+        return [re.sub(r"%j", "%A_%a", line) if re.match(r"(--output|--error|-o|-e)\b", line) else line for line in lines]
 
     def parse_submit(self, out: str) -> str:
         # --parsable: `12345` or `12345;cluster`; plain: `Submitted batch job 12345`, with
@@ -134,8 +165,9 @@ class Slurm(Dialect):
                     continue
                 job, word, reason = (cols + [""])[:3]
             job = job.strip()
-            if job in wanted:
-                result[job] = state_of(word, reason)
+            for one in _array_members(job):  # `12_[0-1,4]`: pending tasks not yet split off
+                if one in wanted:
+                    result[one] = state_of(word, reason)
         return result
 
     def accounting(self, run: Run, job_id: str) -> Optional[StatusInfo]:

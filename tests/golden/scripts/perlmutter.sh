@@ -32,13 +32,16 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), script $HPC_LAUNCH_SCRIPT"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 
 # --- python environment ---
 set +u
 module load pytorch  # the python the virtualenv was made with
 # shellcheck source=/dev/null
 source /global/common/software/m1234/venv/bin/activate
+# DeepSpeed JIT-builds its ops (shm_comm, cpu_adam) once per Python environment, kept beside it,
+# not once per job, per home directory or per pod
+if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORCH_EXTENSIONS_DIR="$VIRTUAL_ENV/torch_extensions"; fi
 
 # --- environment ---
 export FI_MR_CACHE_MONITOR=userfaultfd

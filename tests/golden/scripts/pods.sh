@@ -22,7 +22,7 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 3 node(s) x 1 rank(s), script $HPC_LAUNCH_SCRIPT"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 3 node(s) x 1 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 set -u
 
 # The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
@@ -48,7 +48,6 @@ MASTER_PORT=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
 export MASTER_ADDR MASTER_PORT
 export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-eth0}" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-eth0}"
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
-
 # --- launch: DeepSpeed's pdsh launcher across the nodes over ssh ---
 # Remote ranks see only .deepspeed_env lines (KEY=VALUE, no blank or comment lines) and
 # PYTHON*/UCX*/NCCL* variables: everything this job exports goes there.
@@ -58,11 +57,60 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   echo "MASTER_PORT=$MASTER_PORT"
   echo "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME"
   echo "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"
+  # the job's Python environment and search paths, as on this node
+  echo "PATH=$PATH"
+  echo "PYTHONPATH=$WORKDIR${PYTHONPATH:+:$PYTHONPATH}"
+  if [ -n "${TORCH_EXTENSIONS_DIR:-}" ]; then echo "TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR"; fi
+  echo "HPC_LAUNCH_JOB_ID=$JOB_ID"
   printf '%s=%s\n' HPC_LAUNCH_DEADLINE "$HPC_LAUNCH_DEADLINE"
   printf '%s=%s\n' HPC_LAUNCH_STOP "$HPC_LAUNCH_STOP"
   printf '%s=%s\n' HPC_LAUNCH_CHECKPOINT_DIR "$HPC_LAUNCH_CHECKPOINT_DIR"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
+# Only this job's ranks carry this variable (it reaches them through .deepspeed_env alone):
+# `cancel` finds them by it on every node.
+HPC_LAUNCH_RANKS_OF="$JOB_ID@$MASTER_ADDR"
+echo "HPC_LAUNCH_RANKS_OF=$HPC_LAUNCH_RANKS_OF" >> "$DS_ENV_FILE"
 export PDSH_RCMD_TYPE=ssh
+HPC_LAUNCH_HOSTS=$(awk '{print $1}' "$HOSTFILE" | paste -sd, -)
+# pdsh to every node, as DeepSpeed reaches them; -S: the largest remote exit status
+hpc_launch_pdsh() {
+  PDSH_SSH_ARGS_APPEND="${PDSH_SSH_ARGS_APPEND:-} -p 22" pdsh -S -u 60 -f 256 -w "$HPC_LAUNCH_HOSTS" "$@"
+}
+if [ "$NNODES" -gt 1 ]; then
+  # Every node must answer over ssh, in the work dir, before any rank starts: ranks on the
+  # others would wait for a missing one in the process group until its timeout.
+  HPC_LAUNCH_CHECK=$(hpc_launch_pdsh "cd $(printf %q "$WORKDIR") && echo hpc-launch-ok" 2>&1 || true)
+  HPC_LAUNCH_DOWN=$(awk '{print $1}' "$HOSTFILE" | while read -r h; do grep -qxF "$h: hpc-launch-ok" <<<"$HPC_LAUNCH_CHECK" || echo "$h"; done | paste -sd' ' -)
+  if [ -n "$HPC_LAUNCH_DOWN" ]; then
+    HPC_LAUNCH_WHY=$(grep -F "${HPC_LAUNCH_DOWN%% *}: " <<<"$HPC_LAUNCH_CHECK" | grep -v 'exited with exit code' | head -n 1 || true)
+    echo "[hpc-launch] error: ${HPC_LAUNCH_DOWN// /, } did not answer over ssh from $(hostname) (port 22): ${HPC_LAUNCH_WHY:-no answer}; check that sshd runs there, its host key is known and $WORKDIR exists there" >&2
+    exit 3
+  fi
+fi
+# Stop this job's ranks on every node: TERM (DeepSpeed's per-node launcher then ends its ranks),
+# KILL what is left after 5 s, then the launcher here.
+hpc_launch_stop_ranks() {
+  trap '' TERM INT
+  echo "[hpc-launch] stopping the ranks on $HPC_LAUNCH_HOSTS" >&2
+  local each="for p in /proc/[0-9]*; do grep -qsxzF HPC_LAUNCH_RANKS_OF=$HPC_LAUNCH_RANKS_OF \$p/environ && kill"
+  hpc_launch_pdsh "$each -TERM \${p#/proc/}; done; true" >/dev/null 2>&1 || true
+  if [ -n "$HPC_LAUNCH_RUNNER" ]; then
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$HPC_LAUNCH_RUNNER" 2>/dev/null || break; sleep 0.5; done
+  fi
+  hpc_launch_pdsh "$each -KILL \${p#/proc/}; done; true" >/dev/null 2>&1 || true
+  if [ -n "$HPC_LAUNCH_RUNNER" ]; then kill -KILL -- "-$HPC_LAUNCH_RUNNER" 2>/dev/null || true; fi
+}
+HPC_LAUNCH_RUNNER=""
+trap 'hpc_launch_stop_ranks; exit 143' TERM
+trap 'hpc_launch_stop_ranks; exit 130' INT
+# The launcher gets its own process group (set -m): `cancel` signals the script's group, whose
+# trap stops exactly this job's ranks. DeepSpeed's own handler would `pkill -f` every DeepSpeed
+# launcher on the nodes, other jobs' too.
 # --no_ssh_check and --master_addr: otherwise DeepSpeed runs a plain `ssh host` that ignores the pdsh ssh options
-deepspeed --hostfile "$HOSTFILE" --launcher pdsh --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --ssh_port 22 "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --micro-batch 32 --steps 200
+set -m
+deepspeed --hostfile "$HOSTFILE" --launcher pdsh --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --ssh_port 22 "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --micro-batch 32 --steps 200 &
+HPC_LAUNCH_RUNNER=$!
+set +m
+# pdsh -S: the job fails with the largest exit status of any node
+wait "$HPC_LAUNCH_RUNNER"

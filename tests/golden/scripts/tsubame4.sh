@@ -27,7 +27,7 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), script $HPC_LAUNCH_SCRIPT"
+echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
@@ -39,6 +39,9 @@ module load openmpi/5.0.2-gcc
 set +u
 # shellcheck source=/dev/null
 source /gs/fs/tga-mygroup/venv/bin/activate
+# DeepSpeed JIT-builds its ops (shm_comm, cpu_adam) once per Python environment, kept beside it,
+# not once per job, per home directory or per pod
+if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORCH_EXTENSIONS_DIR="$VIRTUAL_ENV/torch_extensions"; fi
 set -u
 
 # The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
@@ -77,6 +80,12 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
 {
   echo "MASTER_ADDR=$MASTER_ADDR"
   echo "MASTER_PORT=$MASTER_PORT"
+  # the job's Python environment and search paths, as on this node
+  echo "PATH=$PATH"
+  echo "VIRTUAL_ENV=$VIRTUAL_ENV"
+  echo "PYTHONPATH=$WORKDIR${PYTHONPATH:+:$PYTHONPATH}"
+  if [ -n "${TORCH_EXTENSIONS_DIR:-}" ]; then echo "TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR"; fi
+  echo "HPC_LAUNCH_JOB_ID=$JOB_ID"
   printf '%s=%s\n' HPC_LAUNCH_DEADLINE "$HPC_LAUNCH_DEADLINE"
   printf '%s=%s\n' HPC_LAUNCH_STOP "$HPC_LAUNCH_STOP"
   printf '%s=%s\n' HPC_LAUNCH_CHECKPOINT_DIR "$HPC_LAUNCH_CHECKPOINT_DIR"

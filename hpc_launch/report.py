@@ -1,0 +1,210 @@
+"""The report of finished jobs (a sweep's, or any): a table in Markdown and CSV, PNG charts of
+throughput and memory per configuration, and for one job its loss and samples/s over steps.
+
+Every figure comes from the jobs' own log lines, read by the one parser (metrics_line, through
+display.summarise); a job that did not end well carries doctor's cause. matplotlib (the
+`report` extra) is imported only here, inside the chart writer, with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from .metrics_line import parse_line
+
+MATPLOTLIB_MISSING = "charts not drawn: matplotlib is not installed (pip install 'hpc-launch[report]')"
+# the entrypoint's line when training starts (train/trainer.py)
+_TRAINING = re.compile(r"^training \S+ on \S+: world=(\d+) .*?zero=(\d+)(?: offload=(\S+))? precision=(\S+) micro=(\d+)", re.M)
+# the job script's first line (templates/body/prologue.sh.j2)
+_SHAPE = re.compile(r"^\[hpc-launch\] job .* (\d+) node\(s\) x (\d+) rank\(s\)", re.M)
+
+COLUMNS = ("job_id", "configuration", "nodes", "ranks", "samples_per_sec", "peak_mem_gb_per_gpu", "step_time_s",
+           "final_loss", "steps", "state", "exit_code", "cause", "log")
+
+
+@dataclass
+class Row:
+    job_id: str
+    configuration: str
+    nodes: Optional[int]
+    ranks: Optional[int]
+    samples_per_sec: Optional[float]  # the running mean of the last step line (warm-up steps left out)
+    peak_mem_gb_per_gpu: Optional[float]  # the highest mem_peak_gb of any step line (rank 0's; RSS on CPU)
+    step_time_s: Optional[float]  # training wall time / steps, from `training finished`
+    final_loss: Optional[float]
+    steps: Optional[int]
+    state: str
+    exit_code: Optional[int]
+    cause: str  # doctor's cause for a job that did not end done
+    log: str
+    series: List[Dict[str, float]] = field(default_factory=list)  # every step line: step, loss, samples_per_sec
+
+
+def configuration(log_text: str, point: Optional[dict]) -> str:
+    """`zero=3 offload=optimizer precision=fp32 micro_batch=8`: what the job ran (its training
+    line), else what the sweep asked for."""
+    m = _TRAINING.search(log_text)
+    if m:
+        return f"zero={m.group(2)} offload={m.group(3) or '?'} precision={m.group(4)} micro_batch={m.group(5)}"
+    if point:
+        from .sweep import label
+
+        return label({k: v for k, v in point.items() if k != "nodes"})
+    return "?"
+
+
+def row_for(record, log_text: str) -> Row:
+    from .display import summarise
+    from .doctor import diagnose, report_lines
+
+    s = summarise(log_text, state=record.state, exit_code=record.exit_code, log_path=record.log_path)
+    m = s.metrics
+    series: List[Dict[str, float]] = []
+    for line in log_text.splitlines():
+        parsed = parse_line(line)
+        if parsed and "step" in parsed and ("loss" in parsed or "samples_per_sec" in parsed):
+            series.append({k: float(parsed[k]) for k in ("step", "loss", "samples_per_sec") if k in parsed})
+    steps = int(m["step"]) if "step" in m else None
+    finished = re.findall(r"^training finished: steps=(\d+) wall_s=([\d.]+)", log_text, re.M)
+    step_time = float(finished[-1][1]) / int(finished[-1][0]) if finished and int(finished[-1][0]) else None
+    shape = _SHAPE.search(log_text)
+    extra = record.extra or {}
+    nodes = int(shape.group(1)) if shape else extra.get("nodes")
+    ranks = int(m["world_size"]) if "world_size" in m else (int(shape.group(1)) * int(shape.group(2)) if shape else None)
+    cause = ""
+    if record.state != "done":
+        d = diagnose(log_text, exit_code=record.exit_code, comment=record.comment, state=record.state)
+        cause = d.top.text if d.top else (report_lines(d)[0].removeprefix("cause: ") if not d.succeeded else "")
+    return Row(job_id=record.job_id, configuration=configuration(log_text, extra.get("point")), nodes=nodes, ranks=ranks,
+               samples_per_sec=m.get("avg_samples_per_sec"), peak_mem_gb_per_gpu=s.peak_mem_gb, step_time_s=step_time,
+               final_loss=m.get("loss"), steps=steps, state=record.state, exit_code=record.exit_code, cause=cause,
+               log=record.log_path, series=series)
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown(rows: Sequence[Row], title: str) -> str:
+    out = [f"# {title}", "",
+           "| configuration | nodes | ranks | samples/s | peak memory per GPU (GB) | time per step (s) | final loss | steps | exit state | cause | job |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        state = r.state + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
+        cause = r.cause.replace("|", "\\|")
+        out.append(f"| {r.configuration} | {_fmt(r.nodes, 'd')} | {_fmt(r.ranks, 'd')} | {_fmt(r.samples_per_sec, '.1f')} | "
+                   f"{_fmt(r.peak_mem_gb_per_gpu, '.3f')} | {_fmt(r.step_time_s, '.3f')} | {_fmt(r.final_loss, '.4f')} | "
+                   f"{_fmt(r.steps, 'd')} | {state} | {cause} | {r.job_id} |")
+    out += ["", "samples/s: the running mean of the last step line (warm-up steps left out); peak memory: the highest "
+            "`mem_peak_gb` of rank 0 (device memory on GPUs, the process's peak RSS on CPU); time per step: training "
+            "wall time / steps (`training finished`). A job that did not end done carries doctor's cause.", ""]
+    return "\n".join(out)
+
+
+def csv_text(rows: Sequence[Row]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for r in rows:
+        writer.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _bar_png(rows: Sequence[Row], attr: str, ylabel: str, title: str) -> bytes:
+    plt = _pyplot()
+    names = [f"{r.configuration.replace(' ', chr(10))}\n{r.nodes or '?'} node(s)" for r in rows]
+    values = [getattr(r, attr) for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows)), 4.8))
+    bars = ax.bar(range(len(rows)), [v or 0.0 for v in values], color=["tab:blue" if r.state == "done" else "tab:red" for r in rows])
+    for bar, value in zip(bars, values):
+        ax.annotate("n/a" if value is None else f"{value:.4g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(names, fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.tight_layout()
+    # the plotted numbers ride along in the PNG's text chunk, so they can be checked against the logs
+    data = {r.job_id: getattr(r, attr) for r in rows}
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Description": json.dumps({"values": data})})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _steps_png(row: Row) -> bytes:
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    losses = [(p["step"], p["loss"]) for p in row.series if "loss" in p]
+    speeds = [(p["step"], p["samples_per_sec"]) for p in row.series if "samples_per_sec" in p]
+    if losses:
+        top.plot(*zip(*losses), marker=".")
+    if speeds:
+        bottom.plot(*zip(*speeds), marker=".", color="tab:green")
+    top.set_ylabel("loss")
+    bottom.set_ylabel("samples/s")
+    bottom.set_xlabel("step")
+    top.set_title(f"job {row.job_id}: {row.configuration}")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Description": json.dumps({"loss": losses, "samples_per_sec": speeds})})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write(rows: Sequence[Row], out_dir: str, title: str) -> List[str]:
+    """report.md, report.csv, throughput.png, memory.png (and steps.png for one job) in `out_dir`.
+    Returns the paths written; without matplotlib the charts are left out and the Markdown says
+    how to get them."""
+    os.makedirs(out_dir, exist_ok=True)
+    files: Dict[str, bytes] = {}
+    charts: Dict[str, bytes] = {}
+    note = ""
+    try:
+        charts["throughput.png"] = _bar_png(rows, "samples_per_sec", "samples/s", "throughput per configuration")
+        charts["memory.png"] = _bar_png(rows, "peak_mem_gb_per_gpu", "peak memory per GPU (GB)", "peak memory per configuration")
+        if len(rows) == 1:
+            charts["steps.png"] = _steps_png(rows[0])
+    except ImportError:
+        charts, note = {}, MATPLOTLIB_MISSING
+    md = markdown(rows, title)
+    if charts:
+        md += "\n" + "\n".join(f"![{name[:-4]}]({name})" for name in charts) + "\n"
+    else:
+        md += f"\n{note}\n"
+    files["report.md"] = md.encode()
+    files["report.csv"] = csv_text(rows).encode()
+    files.update(charts)
+    written = []
+    for name, data in files.items():
+        path = os.path.join(out_dir, name)
+        _write_atomic(path, data)
+        written.append(path)
+    return written
+
+
+def rows_for(records, read_log) -> List[Row]:
+    """A row per record; `read_log(record)` gives its log text ('' when there is none)."""
+    return [row_for(r, read_log(r)) for r in records]

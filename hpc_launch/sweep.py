@@ -1,0 +1,424 @@
+"""`hpc-launch sweep`: a grid of DeepSpeed configurations (ZeRO stage, offload, precision, nodes,
+micro-batch) as one job array where the scheduler has arrays and every point asks for the same
+resources, else one job per point; every point checked before anything is submitted; tracked
+to the end; then the report (hpc_launch/report.py).
+
+Light at import: the checks import the training entrypoint's pure helpers, and DeepSpeed (its
+config validator) and torch (plan's estimators) only inside `check()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .errors import SpecError
+
+# The axes of a grid, in the order a point's label names them. `nodes` is a job resource; the
+# others are the entrypoint's flags.
+AXES = ("zero", "offload", "precision", "nodes", "micro_batch")
+FLAGS = {"zero": "--zero", "offload": "--offload", "precision": "--precision", "micro_batch": "--micro-batch"}
+_FILE_KEYS = {"micro-batch": "micro_batch", "micro_batches": "micro_batch", "stage": "zero"}
+
+
+def _choices():
+    from train.ds_config import OFFLOADS, PRECISIONS, ZERO_STAGES
+
+    return {"zero": ZERO_STAGES, "offload": OFFLOADS, "precision": PRECISIONS}
+
+
+def axis_values(axis: str, raw: Any, where: str) -> List[Any]:
+    """One axis's values from a flag (`0,1,2`) or a YAML value (a list or one value), checked."""
+    items = raw if isinstance(raw, list) else [v.strip() for v in str(raw).split(",")] if isinstance(raw, str) else [raw]
+    items = [v for v in items if v != ""]
+    if not items:
+        raise SpecError(f"{where}: no values", hint=f"give one or more, comma-separated, e.g. {FLAGS.get(axis, '--nodes')} 1,2")
+    out: List[Any] = []
+    for item in items:
+        if axis in ("zero", "nodes", "micro_batch"):
+            text = str(item).strip()
+            if isinstance(item, bool) or not text.isdigit():
+                raise SpecError(f"{where}: {item!r} is not a whole number", hint="give whole numbers, comma-separated")
+            value: Any = int(text)
+            if axis == "zero" and value not in _choices()["zero"]:
+                raise SpecError(f"{where}: ZeRO stage {value} does not exist", hint="ZeRO stages are 0, 1, 2, 3")
+            if axis != "zero" and value < 1:
+                raise SpecError(f"{where}: {value} must be at least 1")
+        else:
+            value = str(item).strip()
+            if value not in _choices()[axis]:
+                raise SpecError(f"{where}: {value!r} is not one of {', '.join(_choices()[axis])}")
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]]]:
+    """A sweep file: axes (a list or one value each; their product is the grid) and/or `points:`,
+    a list of single points added to it.
+
+        zero: [0, 1, 2, 3]
+        offload: none
+        points:
+          - {zero: 3, offload: optimizer}
+    """
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise SpecError(f"--grid {path}: {exc.strerror}", hint="give the path of a YAML sweep file") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpecError(f"--grid {path}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"--grid {path}: must be a YAML mapping of axes ({', '.join(AXES)}) and/or points:")
+    axes: Dict[str, List[Any]] = {}
+    points: List[Dict[str, Any]] = []
+    for key, value in data.items():
+        name = _FILE_KEYS.get(str(key), str(key))
+        if name == "points":
+            if not isinstance(value, list) or not all(isinstance(p, dict) for p in value):
+                raise SpecError(f"--grid {path}: `points:` must be a list of mappings like {{zero: 3, offload: optimizer}}")
+            for i, p in enumerate(value, 1):
+                point = {}
+                for k, v in p.items():
+                    axis = _FILE_KEYS.get(str(k), str(k))
+                    if axis not in AXES:
+                        raise SpecError(f"--grid {path}: point {i}: unknown key {k!r}", hint=f"keys: {', '.join(AXES)}")
+                    vals = axis_values(axis, v, f"--grid {path}: point {i}: {axis}")
+                    if len(vals) != 1:
+                        raise SpecError(f"--grid {path}: point {i}: {axis} must be one value, not a list")
+                    point[axis] = vals[0]
+                points.append(point)
+        elif name in AXES:
+            axes[name] = axis_values(name, value, f"--grid {path}: {name}")
+        else:
+            raise SpecError(f"--grid {path}: unknown key {key!r}", hint=f"keys: {', '.join(AXES)}, points")
+    return axes, points
+
+
+def undefined(point: Dict[str, Any]) -> Optional[str]:
+    """Why a combination is not a configuration at all (the presets cannot express it), or None."""
+    offload, zero = point.get("offload", "none"), point.get("zero")
+    if offload == "optimizer" and zero == 0:
+        return "optimizer offload needs ZeRO 1, 2 or 3"
+    if offload == "optimizer+params" and zero is not None and zero != 3:
+        return "parameter offload needs ZeRO 3"
+    return None
+
+
+def expand(axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (),
+           note: Callable[[str], Any] = lambda s: None) -> List[Dict[str, Any]]:
+    """The grid's points: the product of the axes (combinations that are no configuration, like
+    ZeRO-0 with offload, are left out and said so), then the listed points (taking the axes' single
+    values where they name none). Duplicates once."""
+    out: List[Dict[str, Any]] = []
+    names = [a for a in AXES if a in axes]
+    if names and (not points or any(len(axes[a]) > 1 for a in names)):
+        for combo in itertools.product(*(axes[a] for a in names)):
+            point = dict(zip(names, combo))
+            why = undefined(point)
+            if why:
+                note(f"left out {label(point)}: {why}")
+                continue
+            if point not in out:
+                out.append(point)
+    for i, given in enumerate(points, 1):
+        point = {a: axes[a][0] for a in names if len(axes[a]) == 1}
+        point.update(given)
+        point = {a: point[a] for a in AXES if a in point}
+        why = undefined(point)
+        if why:
+            raise SpecError(f"sweep point {i} ({label(point)}): {why}", hint="change or remove that point")
+        if point not in out:
+            out.append(point)
+    if not out:
+        raise SpecError("the sweep has no points", hint="give at least one axis, e.g. --zero 0,1,2,3, or a --grid file")
+    return out
+
+
+def label(point: Dict[str, Any]) -> str:
+    """`zero=3 offload=optimizer precision=bf16 nodes=2 micro_batch=8` (the axes it names)."""
+    return " ".join(f"{a}={point[a]}" for a in AXES if a in point) or "(defaults)"
+
+
+def with_point(args: Sequence[str], point: Dict[str, Any]) -> List[str]:
+    """The training arguments with the point's flags in place of the same flags in `args`."""
+    drop = {FLAGS[a] for a in point if a in FLAGS}
+    out: List[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in drop:
+            skip = True
+            continue
+        if arg.split("=", 1)[0] in drop and "=" in arg:
+            continue
+        out.append(arg)
+    for axis in AXES:
+        if axis in point and axis in FLAGS:
+            out += [FLAGS[axis], str(point[axis])]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the points as jobs, checked
+
+
+@dataclass
+class Point:
+    index: int
+    values: Dict[str, Any]
+    prepared: Any  # submit.Prepared of this point alone
+    entry: Any = None  # the entrypoint's parsed arguments
+
+    @property
+    def label(self) -> str:
+        return label(self.values)
+
+    @property
+    def train_args(self) -> List[str]:
+        return list(self.prepared.job.train_args)
+
+    @property
+    def shape(self) -> tuple:
+        """What the scheduler is asked for: points with the same shape can share one array."""
+        job = self.prepared.job
+        return (job.nodes, job.procs_per_node, job.gpus_per_node, job.queue, job.walltime_s, job.group, self.prepared.host)
+
+
+@dataclass
+class Submission:
+    """One submit command of the sweep: an array of several points, or one point's job."""
+
+    points: List[Point]
+    prepared: Any
+    array: bool
+
+
+@dataclass
+class SweepPlan:
+    sweep_id: str
+    points: List[Point]
+    submissions: List[Submission] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def shares_one_machine(self) -> bool:
+        """No scheduler places the points: run together they would share the same cores (or GPU)
+        and every throughput figure in the report would be wrong. They run one after another."""
+        from . import dialects
+
+        return not dialects.get(self.points[0].prepared.job.profile.dialect).has_scheduler
+
+
+def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = None, separate: bool = False,
+         stamp: Optional[str] = None) -> SweepPlan:
+    """Every point resolved against the cluster (site rules included), then checked (batch
+    arithmetic, DeepSpeed's validator, plan's memory estimators) before anything exists."""
+    from . import dialects
+    from .render import render
+    from .submit import Prepared, prepare
+
+    if spec.script:
+        raise SpecError("a sweep runs the shipped entrypoint (its --zero, --offload, --precision, --micro-batch flags)",
+                        hint="leave out --script; pass other training flags with --train-args")
+    stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+    sweep_id = f"{spec.name}-{stamp}"
+    base = prepare(spec, profile_file=profile_file, stamp=stamp)
+    base_args = list(base.job.train_args)
+    points: List[Point] = []
+    for i, value in enumerate(values):
+        point_spec = replace(spec, train_args=with_point(base_args, value), nodes=value.get("nodes", spec.nodes))
+        try:
+            prepared = prepare(point_spec, profile_file=profile_file, stamp=f"{stamp}-p{i}")
+        except SpecError as exc:
+            raise SpecError(f"sweep point {i + 1} ({label(value)}): {exc.message}", hint=exc.hint) from None
+        points.append(Point(i, value, prepared))
+    check(points)
+    result = SweepPlan(sweep_id, points)
+    dialect = dialects.get(base.job.profile.dialect)
+    shapes = {p.shape for p in points}
+    if dialect.has_arrays and len(points) > 1 and len(shapes) == 1 and not separate:
+        first = points[0].prepared
+        script = render(first.job, stamp=stamp, array=[p.train_args for p in points])
+        result.submissions.append(Submission(points, Prepared(script=script, host=first.host, uploads=first.uploads), array=True))
+    else:
+        if dialect.has_arrays and len(shapes) > 1 and not separate:
+            result.notes.append("the points ask for different resources (nodes): one job per point instead of one array")
+        for p in points:
+            result.submissions.append(Submission([p], p.prepared, array=False))
+    return result
+
+
+def _entry_args(point: Point):
+    """The entrypoint's own reading of the point's arguments (its defaults filled in)."""
+    from train.__main__ import parse_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse_args(point.train_args)
+    except SystemExit:
+        why = (err.getvalue().strip().splitlines() or ["bad arguments"])[-1]
+        raise SpecError(f"sweep point {point.index + 1} ({point.label}): the entrypoint refuses its arguments: {why}",
+                        hint="fix --train-args") from None
+
+
+def check(points: Sequence[Point]) -> None:
+    """Refuse the first impossible point, with one line; nothing is submitted. Cheap checks first
+    for every point, then DeepSpeed's validator and the memory estimators."""
+    from train.ds_config import build_config, resolve_batch
+    from train.errors import TrainError
+
+    configs = []
+    for p in points:
+        args = p.entry = _entry_args(p)
+        world = p.prepared.job.world_size
+        try:
+            batch = resolve_batch(world, args.micro_batch, args.grad_accum, args.global_batch)
+            cfg = build_config(batch=batch, zero=args.zero, offload=args.offload, precision=args.precision, lr=args.lr,
+                               total_steps=args.steps or 1000)
+        except TrainError as exc:
+            raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
+        configs.append((p, cfg, world))
+    from train.ds_config import validate
+
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's logger writes to the stdout it finds
+        for p, cfg, world in configs:
+            try:
+                validate(cfg, world)
+            except TrainError as exc:
+                raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
+        _check_memory(points)
+
+
+def _check_memory(points: Sequence[Point]) -> None:
+    """plan's estimators (DeepSpeed's) for each point's stage and offload, where the profile
+    knows its GPUs' memory; a point whose model states do not fit is refused."""
+    from .plan import HEADROOM, plan_memory
+
+    cache: Dict[tuple, Any] = {}
+    for p in points:
+        job = p.prepared.job
+        gpu_mem = job.profile.node.gpu_mem_gib
+        if not gpu_mem:
+            continue  # no GPU memory in the profile (CPU testbeds, local): nothing to hold it against
+        key = (p.entry.model, job.nodes, job.procs_per_node)
+        if key not in cache:
+            try:
+                cache[key] = plan_memory(p.entry.model, job.nodes, max(job.procs_per_node, 1), gpu_mem, job.profile.node.mem_gib)
+            except Exception as exc:  # an unknown model, no torch here: the entrypoint will say it in the job
+                sys.stderr.write(f"hpc-launch: note: no memory estimate for {p.entry.model} ({type(exc).__name__}: {exc})\n")
+                cache[key] = None
+        result = cache[key]
+        if result is None:
+            continue
+        row = next((r for r in result.rows if r.stage == p.entry.zero and r.offload == p.entry.offload), None)
+        if row is not None and not row.fits:
+            cpu = job.profile.node.mem_gib
+            over_cpu = cpu is not None and row.cpu_gib > cpu
+            what = (f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}" if over_cpu else
+                    f"needs {row.gpu_gib:.1f} GiB per GPU for model states alone, more than {int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB")
+            better = result.recommended
+            hint = (f"use --zero {better.stage} --offload {better.offload} (hpc-launch plan), or more nodes" if better
+                    else "use more nodes or a smaller model (hpc-launch plan)")
+            raise SpecError(f"sweep point {p.index + 1} ({p.label}): {p.entry.model} under ZeRO-{row.stage} with offload {row.offload} {what}",
+                            hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# submit and track
+
+
+def describe(sweep: SweepPlan) -> str:
+    """What --dry-run prints: each submit command and the points it runs."""
+    lines = [f"# sweep {sweep.sweep_id}: {len(sweep.points)} point(s), {len(sweep.submissions)} submission(s)"]
+    lines += [f"# note: {n}" for n in sweep.notes]
+    for sub in sweep.submissions:
+        kind = f"array of {len(sub.points)} tasks" if sub.array else "one job"
+        lines.append(f"# {kind}, script {sub.prepared.script_path}")
+        for p in sub.points:
+            lines.append(f"#   point {p.index + 1}: {p.label}, {p.prepared.job.nodes} node(s) x {p.prepared.job.procs_per_node} rank(s): "
+                         f"{' '.join(p.train_args)}")
+        lines.append(sub.prepared.submit_display())
+    return "\n".join(lines)
+
+
+def _extra(sweep: SweepPlan, p: Point) -> dict:
+    return {"sweep": sweep.sweep_id, "point_index": p.index, "points": len(sweep.points), "point": dict(p.values),
+            "nodes": p.prepared.job.nodes}
+
+
+def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None) -> List[Any]:
+    """Submit every submission; returns the records in point order. A failure after some
+    submissions stops there: what was submitted stays recorded (and is said)."""
+    from . import jobs
+    from .records import JobStore
+
+    store = store or JobStore()
+    records: List[Any] = []
+    for sub in sweep.submissions:
+        if sub.array:
+            recs = jobs.submit_array(sub.prepared, [_extra(sweep, p) for p in sub.points], store=store, on_recorded=on_recorded)
+            records += recs
+        else:
+            p = sub.points[0]
+
+            def tag(record, p=p):
+                record.extra = {**(record.extra or {}), **_extra(sweep, p)}
+                store.update(record.cluster, record.job_id, extra=record.extra)
+                if on_recorded is not None:
+                    on_recorded(record)
+
+            records.append(jobs.submit(sub.prepared, store=store, on_recorded=tag))
+    return sorted(records, key=lambda r: r.extra.get("point_index", 0))
+
+
+def submit_in_turn(sweep: SweepPlan, transport_for, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None,
+                   write: Callable[[str], Any] = sys.stderr.write, sleep: Callable[[float], None] = time.sleep) -> List[Any]:
+    """Each submission only once the one before it has ended (a sweep on a machine with no
+    scheduler); returns the ended records in point order."""
+    ended: List[Any] = []
+    for sub in sweep.submissions:
+        one = SweepPlan(sweep.sweep_id, sub.points, [sub])
+        ended += watch(store, submit(one, store=store, on_recorded=on_recorded), transport_for, write=write, sleep=sleep)
+    return ended
+
+
+def watch(store, records: List[Any], transport_for, *, write: Callable[[str], Any] = sys.stderr.write,
+          sleep: Callable[[float], None] = time.sleep, delays: Sequence[float] = (1.0, 2.0, 3.0, 5.0, 5.0, 10.0)) -> List[Any]:
+    """Until every job has ended: one scheduler query per cluster per poll, a line per job as it
+    ends. Returns the records as they ended."""
+    from .jobs import refresh
+    from .states import JobState
+
+    current = {(r.cluster, r.job_id): r for r in records}
+    said: set = set()
+    step = 0
+    while True:
+        active = [r for key, r in current.items() if key not in said and not JobState(r.state).terminal]
+        if active:
+            for r in refresh(store, active, transport_for):
+                current[(r.cluster, r.job_id)] = r
+        changed = False
+        for key, r in current.items():
+            if key not in said and JobState(r.state).terminal:
+                said.add(key)
+                changed = True
+                code = f" (exit code {r.exit_code})" if r.exit_code is not None else ""
+                what = label((r.extra or {}).get("point", {})) if (r.extra or {}).get("point") else r.name
+                write(f"hpc-launch: {r.job_id} [{what}] {r.state}{code}; {len(said)} of {len(current)} ended\n")
+        if len(said) == len(current):
+            return [current[(r.cluster, r.job_id)] for r in records]
+        step = 0 if changed else min(step + 1, len(delays) - 1)
+        sleep(delays[step])
