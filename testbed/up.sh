@@ -215,8 +215,8 @@ SlurmctldHost=localhost($TB_BRIDGE_IP)
 AuthType=auth/munge
 # A requeued job waits out the credential lifetime before it starts again (slurm.conf(5),
 # cred_expire, default 120 s); starting it sooner makes slurmd refuse it ("Job credential
-# revoked") and the job fail. 30 s keeps the requeue test short without that race.
-AuthInfo=cred_expire=30
+# revoked") and the job fail. 20 s keeps the requeue test short without that race.
+AuthInfo=cred_expire=20
 CredType=cred/munge
 SlurmUser=slurm
 SlurmdUser=root

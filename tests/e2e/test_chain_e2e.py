@@ -92,7 +92,7 @@ def test_a_requeued_slurm_job_resumes_and_ends_done(hpc_launch_bin, testbed, sha
     cli.wait_log(log, "step=100", timeout=300)
     subprocess.run(["scontrol", "requeue", job], check=True)
     # Slurm starts the requeued job again once its credential lifetime has passed (the testbed
-    # sets cred_expire=30). Forcing it sooner (`scontrol update starttime=now`) races slurmd:
+    # sets cred_expire=20). Forcing it sooner (`scontrol update starttime=now`) races slurmd:
     # "Killing non-startable batch JobId: Job credential revoked" and the job fails.
     r = cli("logs", "-f", job, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
