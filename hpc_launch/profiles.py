@@ -243,7 +243,7 @@ def _check_placeholders(text: str) -> None:
 # discovery and loading
 
 class ParsedCache:
-    """Parsed profile files kept on disk between runs, keyed by path, mtime, size and inode.
+    """Parsed profile files kept on disk between runs, keyed by path, mtime, ctime, size and inode.
 
     Parsing the dozen shipped YAML files (facts and all) is the largest single cost of a cold
     dry-run: with every file unchanged, the run neither parses YAML nor imports the YAML library.

@@ -104,14 +104,18 @@ def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]
     return axes, points
 
 
+_OFFLOAD_WORDS = {"optimizer": "optimizer offload", "optimizer+params": "parameter offload"}
+
+
 def undefined(point: Dict[str, Any]) -> Optional[str]:
     """Why a combination is not a configuration at all (the presets cannot express it), or None."""
+    from train.ds_config import OFFLOAD_STAGES, stages_text
+
     offload, zero = point.get("offload", "none"), point.get("zero")
-    if offload == "optimizer" and zero == 0:
-        return "optimizer offload needs ZeRO 1, 2 or 3"
-    if offload == "optimizer+params" and zero is not None and zero != 3:
-        return "parameter offload needs ZeRO 3"
-    return None
+    stages = OFFLOAD_STAGES[offload]
+    if zero is None or zero in stages:
+        return None
+    return f"{_OFFLOAD_WORDS[offload]} needs ZeRO {stages_text(stages)}"
 
 
 def expand(axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (),

@@ -16,6 +16,9 @@ from .errors import TrainError
 
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOADS = ("none", "optimizer", "optimizer+params")
+# The ZeRO stages each offload works with: there are optimizer states to offload from ZeRO-1 on;
+# only ZeRO-3 partitions (and so can offload) the parameters.
+OFFLOAD_STAGES = {"none": (0, 1, 2, 3), "optimizer": (1, 2, 3), "optimizer+params": (3,)}
 PRECISIONS = ("fp32", "bf16", "fp16")
 MONITORS = ("none", "csv", "tensorboard", "wandb")
 DEFAULT_MICRO_BATCH = 32
@@ -72,6 +75,12 @@ def resolve_batch(world_size: int, micro: Optional[int] = None, accum: Optional[
     return Batch(micro, accum, global_, world_size)
 
 
+def stages_text(stages) -> str:
+    """(1, 2, 3) -> "1, 2 or 3"."""
+    words = [str(z) for z in stages]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precision: str = "fp32",
                  lr: float = 1e-3, total_steps: int = 1000, on_cpu: bool = False, monitor: str = "none",
                  monitor_dir: str = "runs", job_name: str = "hpc-train") -> dict:
@@ -82,10 +91,9 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
         raise TrainError(f"--offload must be one of {', '.join(OFFLOADS)}, got {offload}")
     if precision not in PRECISIONS:
         raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision}")
-    if offload == "optimizer" and zero == 0:
-        raise TrainError("--offload optimizer needs --zero 1, 2 or 3")
-    if offload == "optimizer+params" and zero != 3:
-        raise TrainError("--offload optimizer+params needs --zero 3 (only ZeRO-3 partitions parameters)")
+    if zero not in OFFLOAD_STAGES[offload]:
+        why = " (only ZeRO-3 partitions parameters)" if offload == "optimizer+params" else ""
+        raise TrainError(f"--offload {offload} needs --zero {stages_text(OFFLOAD_STAGES[offload])}{why}")
 
     cfg: dict = {
         "train_batch_size": batch.global_,
