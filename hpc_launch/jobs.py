@@ -557,12 +557,13 @@ def submit_array(prepared: "Prepared", extras: List[dict], *, transport=None, st
                 try:
                     tasks = dialect.array_task_ids(parent, len(extras))
                 except SchedulerError as exc:  # a qsub that took the job but made no array of it
-                    import shlex
-
-                    written.clear()  # the job exists: its script stays
-
-                    raise SchedulerError(f"job {parent} was submitted but is not a job array ({exc.message}); it is not recorded",
-                                         hint=f"cancel it ({shlex.join(dialect.cancel_argv(parent))}) and run the sweep with --separate") from None
+                    written.clear()  # the job exists: its script stays, and so does its record
+                    record = record_for(profile, dialect, job_id=parent, host=prepared.host, name=job.name, workdir=workdir,
+                                        script_path=script_path, submit_argv=prepared.script.submit_argv)
+                    record.extra = {**record.extra, "sweep": extras[0].get("sweep"), "array_refused": exc.message}
+                    _add_or_explain(store, record, prepared)
+                    raise SchedulerError(f"job {parent} was submitted but is not a job array ({exc.message})",
+                                         hint=f"`hpc-launch cancel {parent}` (it is recorded), then run the sweep with --separate") from None
                 records = []
                 for i, task in enumerate(tasks):
                     record = record_for(profile, dialect, job_id=task, host=prepared.host, name=job.name, workdir=workdir,

@@ -336,3 +336,28 @@ def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bi
     assert [j["state"] for j in jobs] == ["done", "done"]
     assert jobs[1]["submit_time"] >= jobs[0]["end_time"], jobs
     assert (tmp_path / sweep_id / "report.csv").exists()
+
+
+def test_a_qsub_that_makes_no_array_leaves_its_job_recorded_and_says_how_to_cancel_it(tmp_path, monkeypatch):
+    """A qsub that takes `-J` but answers a plain id (Torque-style wrappers, line 80 above) has
+    created one job: it is recorded, so `hpc-launch cancel` reaches it, and the error says so."""
+    from hpc_launch import sweep as sw
+    from hpc_launch.errors import SchedulerError
+    from hpc_launch.records import JobStore
+    from hpc_launch.spec import JobSpec
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "qsub").write_text("#!/bin/sh\necho 51.pbs1\n")
+    (bin_dir / "qsub").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = JobSpec(cluster="polaris", group="g1", login="local", name="sw", workdir=str(tmp_path / "w"), train_args=["--model", "smallcnn"])
+    plan = sw.plan(spec, sw.expand({"zero": [1, 2]}))
+    assert plan.submissions[0].array
+    with pytest.raises(SchedulerError) as caught:
+        sw.submit(plan)
+    assert "job 51.pbs1 was submitted but is not a job array" in caught.value.message
+    assert "hpc-launch cancel 51.pbs1" in caught.value.hint
+    [rec] = JobStore().list()
+    assert rec.job_id == "51.pbs1" and rec.extra["sweep"] == plan.sweep_id and rec.state == "queued"
+    assert Path(rec.script_path).exists()  # the job runs it: it stays
