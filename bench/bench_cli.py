@@ -156,7 +156,7 @@ t0 = time.perf_counter()
 import typer, hpc_launch.cli
 t1 = time.perf_counter()
 from hpc_launch.spec import spec_from
-from hpc_launch.submit import prepare
+from hpc_launch.prepare import prepare
 from hpc_launch import profiles, render
 t2 = time.perf_counter()
 p = profiles.load("abci")

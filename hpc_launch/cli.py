@@ -98,7 +98,7 @@ def _split_args(value: Optional[str]) -> Optional[List[str]]:
 def _expand_hosts(value: Optional[str]) -> Optional[List[str]]:
     if value is None:
         return None
-    from .hostfile import expand_slurm_nodelist
+    from .nodelist import expand_slurm_nodelist
 
     return expand_slurm_nodelist(value)
 
@@ -140,7 +140,7 @@ def submit(
 
     from .project_config import find_project_config, load_project_config
     from .spec import spec_from
-    from .submit import prepare
+    from .prepare import prepare
 
     config_path = Path(config) if config else find_project_config()
     base = load_project_config(config_path) if config_path else {}

@@ -37,7 +37,7 @@ from .records import JobRecord, JobStore
 from .states import JobState
 
 if TYPE_CHECKING:
-    from .submit import Prepared
+    from .prepare import Prepared
 
 LOCAL = "localhost"
 SUBMIT_ATTEMPTS = 3

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from . import dialects, launchers, site_rules
 from .errors import SpecError
 from .profiles import Profile
+from .protocol import LOCAL_HOST
 from .walltime import hms, minutes, parse_walltime
 
 
@@ -157,7 +158,8 @@ def _stop_before(spec: JobSpec, walltime_s: int) -> int:
     return margin
 
 
-def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> ResolvedJob:
+def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host: str = LOCAL_HOST) -> ResolvedJob:
+    """`host`: where the job is submitted from (decided by `prepare.choose_host`, never here)."""
     p = profile
     where = f"on {p.name}"
     dialect = dialects.get(p.dialect)
@@ -300,7 +302,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None) -> Re
         venv = _running_venv()
     conda = spec.conda or p.python.conda
     if p.python.env_required and not (venv or conda):
-        venv = _submitting_venv(spec, p)
+        venv = _submitting_venv(p, host)
 
     login = spec.login if spec.login is not None else None
     return ResolvedJob(
@@ -316,14 +318,13 @@ def _running_venv() -> Optional[str]:
     return sys.prefix if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else None
 
 
-def _submitting_venv(spec: JobSpec, p: Profile) -> str:
+def _submitting_venv(p: Profile, host: str) -> str:
     """A site whose python3 has no torch, and no env given: the venv hpc-launch runs in, when the
     job is submitted from this machine (the login node), said on stderr; otherwise refuse."""
     from .paths import user_config_dir
-    from .submit import LOCAL, choose_host  # submit imports this module
 
     active = _running_venv()
-    if active and choose_host(spec, p) == LOCAL:
+    if active and host == LOCAL_HOST:
         sys.stderr.write(f"hpc-launch: no --venv given: the job activates {active}, the virtualenv hpc-launch runs in\n")
         return active
     override = user_config_dir() / "clusters" / f"{p.name}.yaml"

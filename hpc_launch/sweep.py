@@ -231,7 +231,7 @@ def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = No
     arithmetic, DeepSpeed's validator, plan's memory estimators) before anything exists."""
     from . import dialects
     from .render import render
-    from .submit import Prepared, prepare
+    from .prepare import Prepared, prepare
 
     if spec.script:
         raise SpecError("a sweep runs the shipped entrypoint (its --zero, --offload, --precision, --micro-batch flags)",

@@ -11,6 +11,7 @@ import pytest
 
 from hpc_launch import dialects
 from hpc_launch import hostfile as hf
+from hpc_launch import nodelist as nl
 from hpc_launch.dialects.gridengine import GridEngine
 from hpc_launch.dialects.slurm import Slurm
 from hpc_launch.errors import HostfileError, SchedulerError
@@ -152,7 +153,7 @@ def test_scancel_outcomes(name, sent, already):
 def test_space_separated_hostlist_is_every_host(ds_parse):
     value = read("slurm_hostlist_spaces.txt").strip()
     slurm_says = read("testbed_scontrol_hostnames_spaces.txt").split()
-    assert hf.expand_slurm_nodelist(value) == slurm_says == ["node1", "node2", "node3", "node4", "node5", "node12"]
+    assert nl.expand_slurm_nodelist(value) == slurm_says == ["node1", "node2", "node3", "node4", "node5", "node12"]
     text = hf.build(env={"SLURM_JOB_NODELIST": value}, prefer="slurm", slots=4)
     assert ds_parse(text) == OrderedDict((h, 4) for h in slurm_says)
     assert ds_parse(hf.build(env={}, hosts=value, slots=4)) == OrderedDict((h, 4) for h in slurm_says)
@@ -161,7 +162,7 @@ def test_space_separated_hostlist_is_every_host(ds_parse):
 @pytest.mark.parametrize("line", read("submitit_nodelists.tsv").splitlines())
 def test_submitit_nodelists(line):
     nodelist, hosts = line.split("\t")
-    assert hf.expand_slurm_nodelist(nodelist) == hosts.split()
+    assert nl.expand_slurm_nodelist(nodelist) == hosts.split()
     _, found = SLURM.nodes_from_env({"SLURM_JOB_NODELIST": nodelist})
     assert list(found) == hosts.split()
 

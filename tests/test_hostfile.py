@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from envutil import scheduler_env_cleared
 from hpc_launch import dialects
 from hpc_launch import hostfile as hf
+from hpc_launch import nodelist as nl
 from hpc_launch.errors import HostfileError
 
 POLARIS = [
@@ -147,7 +148,7 @@ def test_any_repeated_nodefile_round_trips_through_deepspeed(tmp_path, ds_parse,
 
 @pytest.mark.parametrize("nodelist, expected", SLURM_LISTS, ids=[n for n, _ in SLURM_LISTS])
 def test_slurm_nodelist_expands_like_slurm(nodelist, expected, ds_parse):
-    assert hf.expand_slurm_nodelist(nodelist) == expected
+    assert nl.expand_slurm_nodelist(nodelist) == expected
     text = hf.build(env={"SLURM_JOB_NODELIST": nodelist}, prefer="slurm", slots=4)
     assert ds_parse(text) == OrderedDict((h, 4) for h in expected)
 
@@ -160,7 +161,7 @@ def test_slurm_nodelist_matches_scontrol(nodelist, expected):
         # it. Only that case may differ; our expansion is checked by hand in the test above.
         assert "]" in nodelist and not nodelist.rstrip().endswith("]")
         return
-    assert hf.expand_slurm_nodelist(nodelist) == slurm
+    assert nl.expand_slurm_nodelist(nodelist) == slurm
 
 
 def _range_text(draw_lo, width, length):
@@ -188,13 +189,13 @@ def slurm_hostlists(draw):
 def test_random_slurm_nodelists_match_scontrol(nodelist):
     slurm = _scontrol_hostnames(nodelist)
     assert slurm is not None, f"scontrol refused {nodelist!r}"
-    assert hf.expand_slurm_nodelist(nodelist) == slurm
+    assert nl.expand_slurm_nodelist(nodelist) == slurm
 
 
 @pytest.mark.parametrize("bad", ["n[1-2", "n1]", "n[1-2]]", "n[3-1]", "n[]", "n[a-b]", "n[1-2-3]"])
 def test_malformed_slurm_nodelist_is_an_error(bad):
     with pytest.raises(HostfileError):
-        hf.expand_slurm_nodelist(bad)
+        nl.expand_slurm_nodelist(bad)
 
 
 def test_hosts_option_takes_bracket_lists(ds_parse):

@@ -18,7 +18,7 @@ from hpc_launch.errors import SchedulerError
 from hpc_launch.jobs import submit
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
-from hpc_launch.submit import prepare
+from hpc_launch.prepare import prepare
 from hpc_launch.transport import CommandResult, LocalTransport, wrap_remote_command
 
 SECRET = "s3cr3t-\u00e9-'\"$(touch pwned)`id`\\n"

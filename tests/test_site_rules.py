@@ -12,13 +12,15 @@ from envutil import scheduler_env_cleared
 
 from hpc_launch import profiles
 from hpc_launch.errors import ProfileError, SpecError
+from hpc_launch.prepare import choose_host
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
 
 
 def _job(cluster, **kw):
     kw.setdefault("workdir", "/w")
-    return resolve(JobSpec(cluster=cluster, **kw), profiles.load(cluster), cwd="/w")
+    spec, profile = JobSpec(cluster=cluster, **kw), profiles.load(cluster)
+    return resolve(spec, profile, cwd="/w", host=choose_host(spec, profile))
 
 
 def _script(cluster, **kw) -> str:

@@ -96,7 +96,7 @@ def test_preparing_a_job_never_changes_the_spec_it_was_given(tmp_path):
     from dataclasses import asdict
 
     from hpc_launch.spec import JobSpec
-    from hpc_launch.submit import prepare
+    from hpc_launch.prepare import prepare
 
     spec = JobSpec(cluster="local", script="x.py", train_args=[])
     before = asdict(spec)

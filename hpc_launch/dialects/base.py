@@ -190,7 +190,7 @@ class Dialect:
     # ---- inside the job ----------------------------------------------------------------------
     def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, "OrderedDict[str, int]"]]:
         """(source, host -> slots) from this scheduler's node list, or None when not in its job."""
-        from ..hostfile import count_hosts, read_node_file
+        from ..nodelist import count_hosts, read_node_file
 
         for var in self.nodefile_vars:
             if env.get(var):

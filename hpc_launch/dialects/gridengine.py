@@ -120,7 +120,7 @@ class GridEngine(Dialect):
     job_num_expr = "${JOB_ID}"
     nodelist_shell = 'if [ -n "${SGE_JOB_HOSTLIST:-}" ]; then cat "$SGE_JOB_HOSTLIST"; else awk \'{print $1}\' "$PE_HOSTFILE"; fi | awk \'!seen[$0]++\''
     # PE_HOSTFILE lines are `host slots queue processors` (sge_pe(5)); SGE_JOB_HOSTLIST (ABCI)
-    # one host per line. hostfile.count_hosts reads both by their content.
+    # one host per line. nodelist.count_hosts reads both by their content.
     nodefile_vars = ("PE_HOSTFILE", "SGE_JOB_HOSTLIST")
 
     def parse_submit(self, out: str) -> str:

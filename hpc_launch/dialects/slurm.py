@@ -228,7 +228,7 @@ class Slurm(Dialect):
     # ---- inside the job ----------------------------------------------------------------------
     def nodes_from_env(self, env: Mapping[str, str]):
         """SLURM_JOB_NODELIST is a hostlist (`n[1-3],gpu07`), not a file."""
-        from ..hostfile import count_hosts, expand_slurm_nodelist
+        from ..nodelist import count_hosts, expand_slurm_nodelist
 
         value = env.get("SLURM_JOB_NODELIST")
         if not value:

@@ -1,4 +1,4 @@
-"""Preparing a submission: JobSpec -> JobScript plus where it goes. `--dry-run` is `prepare()`
+"""Preparing a submission (the one place that decides where a job is submitted from): JobSpec -> JobScript plus where it goes. `--dry-run` is `prepare()`
 printed; `jobs.submit()` runs the very same Prepared, so the two cannot differ.
 """
 
@@ -12,9 +12,8 @@ from typing import Optional, Tuple
 
 from . import dialects, profiles
 from .render import SCRIPT_DIR, JobScript, render
+from .protocol import LOCAL_HOST, is_local
 from .spec import JobSpec, ResolvedJob, resolve
-
-LOCAL = "localhost"
 
 
 @dataclass
@@ -38,7 +37,7 @@ class Prepared:
         from .render import path_expr
 
         cmd = shlex.join(self.script.submit_argv)
-        where = "" if self.host == LOCAL else f"[on {self.host} over ssh] "
+        where = "" if self.host == LOCAL_HOST else f"[on {self.host} over ssh] "
         sends = "".join(f"# upload: {local} -> {self.job.workdir}/{rel}\n" for local, rel in self.uploads)
         chain = ""
         if self.job.chain > 1:
@@ -55,19 +54,19 @@ def choose_host(spec: JobSpec, profile: profiles.Profile) -> str:
     """Where to submit: --login wins; else locally when the scheduler is here (on the login
     node), else the profile's login host over SSH (from a laptop)."""
     if spec.login:
-        return LOCAL if spec.login in ("local", LOCAL) else spec.login
+        return LOCAL_HOST if is_local(spec.login) else spec.login
     dialect = dialects.get(profile.dialect)
     if not dialect.has_scheduler or not profile.login:
-        return LOCAL
+        return LOCAL_HOST
     program = profile.commands.get(dialect.submit_program, dialect.submit_program)
-    return LOCAL if shutil.which(program) else profile.login
+    return LOCAL_HOST if shutil.which(program) else profile.login
 
 
 def job_workdir(spec: JobSpec, host: str, cwd: Optional[str]) -> str:
     """The work dir as the script will name it, the same in a dry-run and a submission: absolute
     here; over SSH `~/...` (the script says "$HOME"/...), relative paths taken from the remote home."""
     workdir = spec.workdir
-    if host == LOCAL:
+    if host == LOCAL_HOST:
         return os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(workdir or ".")))
     if not workdir:
         return f"~/hpc-launch/{spec.name}"  # the local cwd means nothing on the remote login node
@@ -82,14 +81,14 @@ def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
     uploads: Tuple[Tuple[str, str], ...] = ()
     script = spec.script
-    if script and host != LOCAL and os.path.isfile(os.path.expanduser(script)):
+    if script and host != LOCAL_HOST and os.path.isfile(os.path.expanduser(script)):
         # the user's script is on this machine: it goes with the job, into the job's own folder
         local = os.path.abspath(os.path.expanduser(script))
         script = f"{SCRIPT_DIR}/{stamp}-{os.path.basename(local)}"
         uploads = ((local, script),)
-    elif script and host == LOCAL:
+    elif script and host == LOCAL_HOST:
         script = os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(script)))
     # the caller's spec stays as it was
     spec = replace(spec, workdir=job_workdir(spec, host, cwd), script=script)
-    job = resolve(spec, profile, cwd=cwd)
+    job = resolve(spec, profile, cwd=cwd, host=host)
     return Prepared(script=render(job, stamp=stamp), host=host, uploads=uploads)
