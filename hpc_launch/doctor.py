@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+def scheduler_words(key: str) -> Tuple[str, ...]:
+    """Every scheduler's own wording for the cause `key` (each dialect's `failure_wording`)."""
+    from . import dialects
+
+    return tuple(p for d in dialects.all_dialects() for p in d.failure_wording.get(key, ()))
+
 
 _OPTIONAL = re.compile(r"\[\[(.*?)\]\]")  # a [[segment]] of a template is dropped when a field in it is missing
 
@@ -159,11 +166,8 @@ CAUSES: Tuple[Cause, ...] = (
         "PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, torch.OutOfMemoryError)"),
     Cause(
         "host_oom", "host out of memory",
-        (r"Detected \d+ oom[-_]kill event",
-         r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+",
-         r"OUT_OF_MEMORY",
-         r": task \d+: Out Of Memory",
-         r"(?:job killed|killed by PBS): (?P<resource>p?v?mem) \S+ exceeded limit",
+        (r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+",
+         *scheduler_words("host_oom"),
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
          r"^(?:\[rank\d+\]: )?MemoryError\b"),
         "a node ran out of host memory: the out-of-memory killer (or the scheduler's memory limit) stopped the job",
@@ -177,13 +181,7 @@ CAUSES: Tuple[Cause, ...] = (
         weak_cause="a rank was killed with SIGKILL that nobody asked for: on a compute node that is almost always the out-of-memory killer"),
     Cause(
         "queue_limit", "the queue refuses the request",
-        (r"qsub: Job violates queue and/or server resource limits",
-         r"Job rejected by all possible destinations",
-         r"Can Never Run: (?P<why>.*?)\s*$",
-         r"(?P<why>QOSMax[A-Za-z]*PerJob[A-Za-z]*Limit|AssocMax[A-Za-z]*PerJob[A-Za-z]*Limit|PartitionTimeLimit|PartitionNodeLimit)",  # the limit's name beats sbatch's generic refusal
-         r"Batch job submission failed: (?P<why>Requested node configuration is not available|Requested time limit is invalid|More processors requested than permitted"
-         r"|Node count specification invalid|Job violates accounting/QOS policy|Invalid partition name specified)",
-         r"Unable to run job: job rejected: (?P<why>.*?)\s*$"),
+        scheduler_words("queue_limit"),
         "the scheduler will not run the job as asked: it exceeds what the queue allows[[ ({why})]]",
         "ask for what the queue allows: fewer --nodes, a shorter --walltime or another --queue (`hpc-launch clusters show CLUSTER` lists each queue's limits)",
         "PBS Pro qsub (pbs_messages.c) and its scheduler's `Can Never Run` comment; Slurm sbatch (slurm_errno.c) and job reasons (job_state_reason.c); Grid Engine qsub"),
@@ -223,9 +221,7 @@ CAUSES: Tuple[Cause, ...] = (
         signal=lambda f: "exit code 75: stopped for time at a complete checkpoint, resumable" if f.exit_code == 75 else None),
     Cause(
         "walltime", "walltime exceeded",
-        (r"=>> PBS: job killed: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
-         r"killed by PBS: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
-         r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*"),
+        scheduler_words("walltime"),
         "the job ran out of walltime[[ ({used} s used, limit {limit} s)]]: the scheduler killed it at its limit",
         "ask for more with --walltime (up to the queue's limit: `hpc-launch clusters show CLUSTER`), or train in pieces that resume: "
         "--train-args '... --checkpoint-dir DIR --checkpoint-every N' (the next job resumes by itself)",
@@ -382,3 +378,32 @@ def summary_lines(d: Diagnosis) -> List[str]:
     if len(d.findings) > 1:
         out.append(f"also seen {_also(d)}")
     return out
+
+
+def examine(target: str, cluster: Optional[str] = None, *, on_note: Callable[[str], Any] = lambda s: None) -> Diagnosis:
+    """`hpc-launch doctor TARGET`: a log file (its exit-code file beside it says how it ended) or
+    a recorded job (refreshed first; the scheduler's word is evidence too)."""
+    import os
+
+    from .protocol import exit_path_for, parse_exit_file
+
+    if os.path.isfile(target):
+        with open(target, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        try:
+            with open(exit_path_for(target), encoding="utf-8", errors="replace") as f:
+                code = parse_exit_file(f.read())
+        except OSError:
+            code = None
+        return diagnose(text, exit_code=code)
+    from .follow import log_text_or_empty
+    from .jobs import refresh
+    from .records import JobStore
+    from .states import JobState
+
+    store = JobStore()
+    record = refresh(store, [store.get(target, cluster)])[0]
+    if not JobState(record.state).terminal:
+        on_note(f"job {record.job_id} is still {record.state}: this is what its log shows so far")
+    # a job that never started (a refusal, `Can Never Run`) has no log: the scheduler's word is the evidence
+    return diagnose(log_text_or_empty(record), exit_code=record.exit_code, comment=record.comment, state=record.state)

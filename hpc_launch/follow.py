@@ -9,8 +9,8 @@ from .display import LogFilter, format_summary, summarise
 from .logs import LogTail, follow, read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
-from .jobs import state_poller
-from .transport import open_transport
+from .jobs import state_poller, transport_for
+from .protocol import EXIT_SIGINT
 
 
 def _exit_code(state: JobState, code: Optional[int]) -> int:
@@ -23,7 +23,7 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
     """Stream the job's log (filtered: `show_all` for everything) until it ends, then print its
     summary; returns the job's exit code for the process to exit with."""
     store = store or JobStore()
-    transport = open_transport(None if record.host == "localhost" else record.host)
+    transport = transport_for(record.host)
     status = None
     if sys.stderr.isatty():
         from rich.console import Console
@@ -71,7 +71,7 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
     except KeyboardInterrupt:
         sys.stderr.write(f"\nhpc-launch: stopped following; job {record.job_id} keeps running on {record.cluster}. "
                          f"Reattach: hpc-launch logs -f {record.job_id}   Stop it: hpc-launch cancel {record.job_id}\n")
-        return 130
+        return EXIT_SIGINT
     finally:
         if status is not None:
             status.stop()
@@ -87,7 +87,8 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
 def follow_chain(record: JobRecord, *, store: Optional[JobStore] = None, show_all: bool = False) -> int:
     """Follow a job, or every link of its chain from this one on: a link that stopped for time
     (exit 75, resumable) hands over to the next; any other end is the chain's end."""
-    from .jobs import EXIT_RESUMABLE, chain_links
+    from .jobs import chain_links
+    from .protocol import EXIT_RESUMABLE
 
     store = store or JobStore()
     links = [r for r in chain_links(store, record) if r.extra.get("link", 1) >= (record.extra or {}).get("link", 1)]
@@ -121,7 +122,7 @@ def diagnosis_lines(log_text: str, rec: JobRecord, code: Optional[int]) -> List[
 
 
 def read_whole_log(record: JobRecord) -> str:
-    transport = open_transport(None if record.host == "localhost" else record.host)
+    transport = transport_for(record.host)
     tail = LogTail(transport, record.log_path, record.script_name)
     text, chunk = "", tail.read_new()
     while chunk:
@@ -130,3 +131,20 @@ def read_whole_log(record: JobRecord) -> str:
     if not tail.exists:  # no file, or only an earlier job's lines in it
         raise FileNotFoundError(record.log_path)
     return text
+
+
+def log_text_or_empty(record: JobRecord) -> str:
+    try:
+        return read_whole_log(record)
+    except FileNotFoundError:
+        return ""
+
+
+def summary_of(record: JobRecord, store: Optional[JobStore] = None) -> str:
+    """`logs --summary`: the end-of-job block of a job as the scheduler reports it now."""
+    from .jobs import refresh
+
+    store = store or JobStore()
+    text = read_whole_log(record)
+    record = refresh(store, [record])[0]
+    return summary_block(record, text, JobState(record.state), record.exit_code)

@@ -16,9 +16,8 @@ Standard library only: this runs inside every job, often on 1000s of nodes.
 from __future__ import annotations
 
 import os
-import re
-from collections import Counter, OrderedDict
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from collections import OrderedDict
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from .errors import HostfileError
 from .nodelist import count_hosts, expand_slurm_nodelist, read_node_file
@@ -115,3 +114,10 @@ def build(
 
 def summary(found: Dict[str, int]) -> str:
     return f"{len(found)} node(s), {sum(found.values())} slot(s)"
+
+
+def scheduler_names() -> List[str]:
+    """The schedulers whose node list `hostfile --from` can read."""
+    from . import dialects
+
+    return [d.name for d in dialects.all_dialects() if d.has_scheduler]

@@ -15,19 +15,13 @@ import time
 from typing import Callable, Optional
 
 from hpc_launch.errors import HpcLaunchError, TransportError
+from hpc_launch.protocol import POLL, RECONNECT, RECONNECT_GIVE_UP_S, Backoff, parse_exit_file
 from hpc_launch.states import JobState
 from hpc_launch.transport import Transport
 
 log = logging.getLogger(__name__)
 
-STATE_INTERVAL_MIN = 1.0
-STATE_INTERVAL_MAX = 10.0
-STATE_BACKOFF = 1.5
 MAX_STATE_FAILURES = 5     # consecutive failed state queries tolerated (one bad qstat must not end a follow)
-# A dropped connection (sshd restarted, laptop asleep) is retried with backoff this long before
-# the follow gives up; the job itself is not affected either way.
-RECONNECT_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
-RECONNECT_GIVE_UP_S = 600.0
 _CHUNK = 1 << 20
 
 
@@ -104,31 +98,34 @@ class LogTail:
 def follow(transport: Transport, path: str, *, state: Callable[[], JobState], write: Callable[[str], None],
            on_wait: Optional[Callable[[float], None]] = None, poll_interval: float = 0.2,
            stop: Optional[threading.Event] = None, script: Optional[str] = None,
-           on_reconnect: Optional[Callable[[str, float], None]] = None) -> JobState:
+           on_reconnect: Optional[Callable[[str, float], None]] = None,
+           poll: Backoff = POLL, reconnect: Backoff = RECONNECT, give_up_s: float = RECONNECT_GIVE_UP_S) -> JobState:
     """Stream the log to `write` until the job ends and the log is drained; return the final state.
 
     `on_wait(seconds)` is called on every poll while the log does not exist yet (job queued).
     `on_reconnect(reason, delay)` is called when the connection dropped and is retried.
     If `stop` is set, returns the last state seen (UNKNOWN if none).
+    `poll` paces the state queries, `reconnect` the retries of a dropped connection (protocol.py).
     """
     stop = stop or threading.Event()
     tail = LogTail(transport, path, script)
     started = time.monotonic()
     last_state = JobState.UNKNOWN
-    interval = STATE_INTERVAL_MIN
+    interval = poll.first
     next_query = started  # ask once at the start: the job may be long finished
     failures = 0
     lost_since: Optional[float] = None
     drops = 0
+    delay = reconnect.first
     while not stop.is_set():
         try:
             text = tail.read_new()
         except TransportError as exc:
             now = time.monotonic()
             lost_since = lost_since or now
-            if now - lost_since >= RECONNECT_GIVE_UP_S:
+            if now - lost_since >= give_up_s:
                 raise
-            delay = RECONNECT_BACKOFF[min(drops, len(RECONNECT_BACKOFF) - 1)]
+            delay = reconnect.first if not drops else reconnect.after(delay)
             drops += 1
             if on_reconnect is not None:
                 on_reconnect(exc.message, delay)
@@ -154,8 +151,7 @@ def follow(transport: Transport, path: str, *, state: Callable[[], JobState], wr
             if current.terminal:
                 _drain(tail, write, poll_interval)
                 return current
-            interval = STATE_INTERVAL_MIN if current != last_state else min(interval * STATE_BACKOFF,
-                                                                             STATE_INTERVAL_MAX)
+            interval = poll.after(interval, changed=current != last_state)
             last_state = current
             next_query = now + interval
         stop.wait(poll_interval)
@@ -183,13 +179,4 @@ def read_exit_code(transport: Transport, exit_path: str, script: Optional[str] =
         data = transport.read_from(exit_path, 0, 512)
     except FileNotFoundError:
         return None
-    lines = data.decode("utf-8", errors="replace").strip().splitlines()
-    if not lines:
-        return None
-    words = lines[-1].split()
-    if script is not None and len(words) > 1 and words[1] != script:
-        return None
-    try:
-        return int(words[0])
-    except (ValueError, IndexError):
-        return None
+    return parse_exit_file(data.decode("utf-8", errors="replace"), script)

@@ -5,6 +5,10 @@ Numbers come from DeepSpeed's own estimators (`estimate_zero2_model_states_mem_n
 parameters (no weights allocated). torch/torchvision/deepspeed are imported lazily: the launcher
 stays light until someone actually plans.
 
+It is also the one place that checks a configuration before it is submitted (`check_points`,
+for `sweep`): the entrypoint's own argument parser and batch arithmetic, DeepSpeed's config
+validator and the same estimators. The launcher's render/submit path never imports it.
+
 Model states only (fp16/bf16 params and grads, fp32 master params, grads and Adam moments):
 activations, the data pipeline and communication buffers come on top, so a row "fits" when its
 model states leave HEADROOM of the GPU's memory free.
@@ -12,8 +16,13 @@ model states leave HEADROOM of the GPU's memory free.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .errors import HpcLaunchError, SpecError
 
 GIB = 1024 ** 3
 HEADROOM = 0.25  # fraction of GPU memory kept for activations and buffers
@@ -124,3 +133,124 @@ def format_plan(result: PlanResult) -> str:
         r = result.recommended
         lines.append(f"recommended: --zero {r.stage} --offload {r.offload}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# checking configurations before they are submitted (the sweep's points): the one planner
+
+# The axes of a grid, in the order a point's label names them. `nodes` is a job resource; the
+# others are the entrypoint's flags.
+AXES = ("zero", "offload", "precision", "nodes", "micro_batch")
+FLAGS = {"zero": "--zero", "offload": "--offload", "precision": "--precision", "micro_batch": "--micro-batch"}
+
+def entry_choices() -> Dict[str, Tuple[Any, ...]]:
+    """The values the shipped entrypoint accepts for each axis but nodes and micro-batch."""
+    from train.ds_config import OFFLOADS, PRECISIONS, ZERO_STAGES
+
+    return {"zero": ZERO_STAGES, "offload": OFFLOADS, "precision": PRECISIONS}
+
+
+_OFFLOAD_WORDS = {"optimizer": "optimizer offload", "optimizer+params": "parameter offload"}
+
+
+def undefined(point: Dict[str, Any]) -> Optional[str]:
+    """Why a combination is not a configuration at all (the presets cannot express it), or None."""
+    from train.ds_config import OFFLOAD_STAGES, stages_text
+
+    offload, zero = point.get("offload", "none"), point.get("zero")
+    stages = OFFLOAD_STAGES[offload]
+    if zero is None or zero in stages:
+        return None
+    return f"{_OFFLOAD_WORDS[offload]} needs ZeRO {stages_text(stages)}"
+
+
+def label(point: Dict[str, Any]) -> str:
+    """`zero=3 offload=optimizer precision=bf16 nodes=2 micro_batch=8` (the axes it names)."""
+    return " ".join(f"{a}={point[a]}" for a in AXES if a in point) or "(defaults)"
+
+
+def _entry_args(point: Any) -> Any:
+    """The entrypoint's own reading of the point's arguments (its defaults filled in)."""
+    from train.__main__ import parse_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse_args(point.train_args)
+    except SystemExit:
+        why = (err.getvalue().strip().splitlines() or ["bad arguments"])[-1]
+        raise SpecError(f"sweep point {point.index + 1} ({point.label}): the entrypoint refuses its arguments: {why}",
+                        hint="fix --train-args") from None
+
+
+def check_points(points: Sequence[Any]) -> None:
+    """Refuse the first impossible point, with one line; nothing is submitted. Cheap checks first
+    for every point, then DeepSpeed's validator and the memory estimators."""
+    from train.ds_config import build_config, resolve_batch
+    from train.errors import TrainError
+
+    configs = []
+    for p in points:
+        args = p.entry = _entry_args(p)
+        world = p.prepared.job.world_size
+        try:
+            batch = resolve_batch(world, args.micro_batch, args.grad_accum, args.global_batch)
+            cfg = build_config(batch=batch, zero=args.zero, offload=args.offload, precision=args.precision, lr=args.lr,
+                               total_steps=args.steps or 1000)
+        except TrainError as exc:
+            raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
+        configs.append((p, cfg, world))
+    from train.ds_config import validate
+
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's logger writes to the stdout it finds
+        for p, cfg, world in configs:
+            try:
+                validate(cfg, world)
+            except TrainError as exc:
+                raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
+        _check_memory(points)
+
+
+def _check_memory(points: Sequence[Any]) -> None:
+    """plan's estimators (DeepSpeed's) for each point's stage and offload, where the profile
+    knows its GPUs' memory; a point whose model states do not fit is refused."""
+    cache: Dict[tuple, Any] = {}
+    for p in points:
+        job = p.prepared.job
+        gpu_mem = job.profile.node.gpu_mem_gib
+        if not gpu_mem:
+            continue  # no GPU memory in the profile (CPU testbeds, local): nothing to hold it against
+        key = (p.entry.model, job.nodes, job.procs_per_node)
+        if key not in cache:
+            try:
+                cache[key] = plan_memory(p.entry.model, job.nodes, max(job.procs_per_node, 1), gpu_mem, job.profile.node.mem_gib)
+            except Exception as exc:  # an unknown model, no torch here: the entrypoint will say it in the job
+                sys.stderr.write(f"hpc-launch: note: no memory estimate for {p.entry.model} ({type(exc).__name__}: {exc})\n")
+                cache[key] = None
+        result = cache[key]
+        if result is None:
+            continue
+        row = next((r for r in result.rows if r.stage == p.entry.zero and r.offload == p.entry.offload), None)
+        if row is not None and not row.fits:
+            cpu = job.profile.node.mem_gib
+            over_cpu = cpu is not None and row.cpu_gib > cpu
+            what = (f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}" if over_cpu else
+                    f"needs {row.gpu_gib:.1f} GiB per GPU for model states alone, more than {int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB")
+            better = result.recommended
+            hint = (f"use --zero {better.stage} --offload {better.offload} (hpc-launch plan), or more nodes" if better
+                    else "use more nodes or a smaller model (hpc-launch plan)")
+            raise SpecError(f"sweep point {p.index + 1} ({p.label}): {p.entry.model} under ZeRO-{row.stage} with offload {row.offload} {what}",
+                            hint=hint)
+
+
+def plan_for_cluster(model: str, cluster: str, nodes: int, gpus_per_node: Optional[int], queue: Optional[str]) -> PlanResult:
+    """`hpc-launch plan`: the estimates for `nodes` of `cluster` (its queue's GPUs per node)."""
+    from . import profiles
+
+    p = profiles.load(cluster)
+    gpus = gpus_per_node if gpus_per_node is not None else p.node_gpus(queue)
+    if not p.node.gpu_mem_gib:
+        raise HpcLaunchError(f"{cluster} has no node.gpu_mem_gib in its profile", hint="add it, or pick a GPU cluster")
+    # DeepSpeed's logger writes to the stdout it finds when first imported: keep it off ours
+    with contextlib.redirect_stdout(sys.stderr):
+        return plan_memory(model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib)

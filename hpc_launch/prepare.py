@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Optional, Tuple
 
 from . import dialects, profiles
-from .render import SCRIPT_DIR, JobScript, render
-from .protocol import LOCAL_HOST, is_local
+from .protocol import LOCAL_HOST, SCRIPT_DIR, is_local
+from .render import JobScript, render
 from .spec import JobSpec, ResolvedJob, resolve
 
 
@@ -39,14 +39,8 @@ class Prepared:
         cmd = shlex.join(self.script.submit_argv)
         where = "" if self.host == LOCAL_HOST else f"[on {self.host} over ssh] "
         sends = "".join(f"# upload: {local} -> {self.job.workdir}/{rel}\n" for local, rel in self.uploads)
-        chain = ""
-        if self.job.chain > 1:
-            dialect = dialects.get(self.job.profile.dialect)
-            argv = self.script.submit_argv
-            name = self.script.script_name
-            for link in range(2, self.job.chain + 1):
-                held = argv[:-1] + dialect.depend_flags(f"<job of link {link - 1}>") + [argv[-1].replace(name, name.replace(".sh", f"-link{link}.sh"))]
-                chain += f"\n# then link {link}: {shlex.join(held)}"
+        chain = "".join(f"\n# then link {link}: {shlex.join(self.script.link(link).held_submit_argv(f'<job of link {link - 1}>'))}"
+                        for link in range(2, self.job.chain + 1))
         return f"{sends}# submit: {where}cd {path_expr(self.job.workdir)} && {cmd}{chain}"
 
 

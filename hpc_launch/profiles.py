@@ -26,6 +26,7 @@ from .errors import ProfileError
 from .launchers import get as launcher_entry
 from .launchers import names as launcher_names
 from .paths import clusters_dirs
+from .protocol import PLACEHOLDERS
 from .walltime import parse_walltime
 
 try:
@@ -45,11 +46,7 @@ LogLive = Literal["scheduler", "tee"]
 GroupWhere = Literal["directive", "submit"]
 MasterAddr = Literal["first-host", "net-if", "slurm-nodeaddr"]
 
-KNOWN_PLACEHOLDERS = {
-    "nodes", "queue", "walltime", "walltime_minutes", "group", "name",
-    "gpus_per_node", "procs_per_node", "world_size", "workdir",
-    "cpus_per_proc", "threads_per_proc",
-}
+KNOWN_PLACEHOLDERS = set(PLACEHOLDERS)
 # Placeholders computed from the node's CPU count: a profile using them must give node.cpus.
 CPU_PLACEHOLDERS = {"cpus_per_proc", "threads_per_proc"}
 _PLACEHOLDER = re.compile(r"{(\w+)}")
@@ -228,6 +225,16 @@ class Profile(_Strict):
             for d in dirs:
                 if not d or ":" in d or re.search(r"[\x00-\x1f\x7f]", d):
                     raise ValueError(f"paths.{name}: {d!r} must be one directory (no ':' or control characters)")
+
+    def node_gpus(self, queue: Optional[str] = None) -> int:
+        """GPUs of one node as `queue` hands it out (a queue may give part of a node)."""
+        q = self.queues.get(queue or self.default_queue or "")
+        return q.gpus if q and q.gpus is not None else self.node.gpus
+
+    def node_cpus(self, queue: Optional[str] = None) -> Optional[int]:
+        """CPUs of one node as `queue` hands it out; None when the profile does not say."""
+        q = self.queues.get(queue or self.default_queue or "")
+        return q.cpus if q and q.cpus else self.node.cpus
 
     def to_dict(self) -> Dict[str, Any]:
         return msgspec.to_builtins(self)
@@ -463,3 +470,30 @@ def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
 def sources_of(name: str, *, profile_file: Optional[str] = None) -> List[Path]:
     found = _all(profile_file)[0]
     return list(_resolve_raw(name, found)[1]) if name in found else []
+
+
+def summaries() -> List[Dict[str, Any]]:
+    """One row per known cluster for `hpc-launch clusters` (keys: docs/commands.md); a profile
+    that does not load is a row with status "broken" and its one-line error, never a failure."""
+    from .errors import HpcLaunchError
+
+    rows: List[Dict[str, Any]] = []
+    for name in available():
+        try:
+            p = load(name)
+        except HpcLaunchError as exc:
+            rows.append({"name": name, "status": "broken", "error": exc.one_line()})
+            continue
+        rows.append({"name": p.name, "scheduler": p.dialect, "gpus_per_node": p.node.gpus, "launcher": p.launch.launcher,
+                     "status": p.status, "title": p.title, "queues": sorted(p.queues), "login": p.login})
+    return rows
+
+
+def resolved_yaml(name: str, profile_file: Optional[str] = None) -> str:
+    """`clusters show NAME`: the profile as resolved (defaults filled, overrides merged), with
+    the files it came from."""
+    import yaml
+
+    p = load(name, profile_file=profile_file)
+    sources = sources_of(p.name, profile_file=profile_file)
+    return "# from: " + ", ".join(str(s) for s in sources) + "\n" + yaml.safe_dump(p.to_dict(), sort_keys=False, allow_unicode=True)

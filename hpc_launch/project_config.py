@@ -113,3 +113,18 @@ def load_project_config(path: Path) -> Dict[str, Any]:
             value = str(value)
         out[key] = value
     return out
+
+
+def spec_for(config: Optional[str], overrides: Dict[str, Any]):
+    """The JobSpec of a command: the project file (`config`, else ./hpc-launch.yaml if present)
+    with the options given on the command line on top. An explicit empty --train-args ''
+    means "no training arguments", not "the project file's"."""
+    from .spec import spec_from
+
+    path = Path(config) if config else find_project_config()
+    base = load_project_config(path) if path else {}
+    overrides = dict(overrides)
+    if overrides.get("train_args") == []:
+        overrides["train_args"] = None
+        base["train_args"] = []
+    return spec_from(base, overrides)

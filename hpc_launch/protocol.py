@@ -23,3 +23,74 @@ EXIT_RESUMABLE = 75   # stopped for time at a complete checkpoint: the next chai
 EXIT_SIGINT = 130
 EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143
+
+# ---- files a job leaves beside its log (templates/body/prologue.sh.j2 writes them) ----------
+EXIT_FILE_SUFFIX = ".exitcode"  # `CODE SCRIPT_PATH`, written by the script's EXIT trap
+LIVE_LOG_SUFFIX = ".live"       # the tee'd copy where a site's own log appears only at the end
+SCRIPT_DIR = ".hpc-launch"      # the job's scripts, inside its work dir
+
+
+def exit_path_for(log_path: str) -> str:
+    return log_path + EXIT_FILE_SUFFIX
+
+
+def live_log_for(log_path: str) -> str:
+    return log_path + LIVE_LOG_SUFFIX
+
+
+def parse_exit_file(text: str, script: str | None = None) -> int | None:
+    """The code in an exit-code file's last line; None if absent, garbage, or written by another
+    script (an earlier job with the same number)."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return None
+    words = lines[-1].split()
+    if script is not None and len(words) > 1 and words[1] != script:
+        return None
+    try:
+        return int(words[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def link_script_name(script_name: str, link: int) -> str:
+    """The script of link `link` (2, 3, ...) of a chain: `train-STAMP.sh` -> `train-STAMP-link2.sh`."""
+    return script_name if link <= 1 else script_name.replace(".sh", f"-link{link}.sh")
+
+
+# ---- placeholders a profile may use in directives, flags and launcher arguments -------------
+# spec.ResolvedJob.placeholders() gives a value for each; profiles refuse any other name.
+PLACEHOLDERS = (
+    "nodes", "queue", "walltime", "walltime_minutes", "group", "name",
+    "gpus_per_node", "procs_per_node", "world_size", "workdir",
+    "cpus_per_proc", "threads_per_proc",
+)
+
+
+# ---- polling ------------------------------------------------------------------------------
+class Backoff:
+    """A polling schedule: `first` seconds, growing by `factor` up to `most`; back to `first`
+    when something changed. One class for every wait, so the controller sees one policy."""
+
+    def __init__(self, first: float, factor: float, most: float) -> None:
+        self.first, self.factor, self.most = first, factor, most
+
+    def delays(self):
+        delay = self.first
+        while True:
+            yield delay
+            delay = min(delay * self.factor, self.most)
+
+    def after(self, delay: float, changed: bool = False) -> float:
+        return self.first if changed else min(delay * self.factor, self.most)
+
+
+# a follower's (and `status --watch`'s) state queries: quick at first, then gentle on the
+# controller (submitit-style; never one query per job per second)
+POLL = Backoff(1.0, 1.5, 10.0)
+# a dropped connection (sshd restarted, laptop asleep) is retried this way ...
+RECONNECT = Backoff(1.0, 2.0, 30.0)
+RECONNECT_GIVE_UP_S = 600.0  # ... this long before the follow gives up (the job is not affected)
+# `cancel` waits this long for the scheduler to confirm the end (PBS kept a qdel'ed job R for 17 s)
+CANCEL_CONFIRM_S = 45.0
+CANCEL_POLL = Backoff(0.5, 2.0, 4.0)

@@ -12,15 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Dict, Iterable, List, Optional
 
-from . import __version__
-from . import dialects, launchers
+from . import __version__, dialects, launchers, protocol
 from .errors import SpecError, TemplateError
+from .protocol import SCRIPT_DIR, link_script_name
 from .spec import ResolvedJob
-
-SCRIPT_DIR = ".hpc-launch"  # scripts live in WORKDIR/.hpc-launch/ (the direct dialect relies on it)
 
 
 class Sh(str):
@@ -84,10 +82,29 @@ class JobScript:
     script_name: str  # file name inside WORKDIR/.hpc-launch/
     job: ResolvedJob
     stamp: str
+    # what the submit command was built from, so a chain link's command is built the same way
+    submit_flags: List[str] = field(default_factory=list)
+    log_prefix: str = ""
 
     @property
     def script_relpath(self) -> str:
         return f"{SCRIPT_DIR}/{self.script_name}"
+
+    def link(self, link: int) -> "JobScript":
+        """Link `link` (2, 3, ...) of a chain: the same script under its own name."""
+        name = link_script_name(self.script_name, link)
+        return replace(self, text=self.text.replace(self.script_name, name), script_name=name,
+                       submit_argv=self.submit_argv_for(f"{SCRIPT_DIR}/{name}"))
+
+    def submit_argv_for(self, script_path: str, depend_on: Optional[str] = None) -> List[str]:
+        """This job's submit command for `script_path`, held until `depend_on` ends (a chain)."""
+        p = self.job.profile
+        argv = dialects.get(p.dialect).submit_argv(script_path, submit_flags=self.submit_flags, log_prefix=self.log_prefix,
+                                                   depend_on=depend_on)
+        return dialects.with_site_commands(argv, p.commands)
+
+    def held_submit_argv(self, depend_on: str) -> List[str]:
+        return self.submit_argv_for(self.script_relpath, depend_on)
 
 
 _ENV = None
@@ -201,6 +218,7 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
     # names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)
     ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR") if k not in job.env]
     context = dict(
+        proto=protocol,  # the job protocol: exit codes and file names, shared with the code that reads them
         version=__version__,
         job=job,
         script_name=name,
@@ -235,4 +253,5 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         net_if=p.net_if,
     )
     text = _render_template(dialect.template, context)
-    return JobScript(text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp)
+    return JobScript(text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags,
+                     log_prefix=log_prefix)

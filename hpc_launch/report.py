@@ -14,7 +14,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .metrics_line import parse_line
 
@@ -208,3 +208,34 @@ def write(rows: Sequence[Row], out_dir: str, title: str) -> List[str]:
 def rows_for(records, read_log) -> List[Row]:
     """A row per record; `read_log(record)` gives its log text ('' when there is none)."""
     return [row_for(r, read_log(r)) for r in records]
+
+
+def write_for(records, out_dir: str, title: str) -> Tuple[List[str], List[str]]:
+    """The report of ended jobs: (files written, notes for the user)."""
+    from .follow import log_text_or_empty
+
+    written = write(rows_for(records, log_text_or_empty), out_dir, title)
+    notes = [] if any(p.endswith(".png") for p in written) else [MATPLOTLIB_MISSING]
+    return written, notes
+
+
+def report_jobs(idents: Sequence[str], out: Optional[str] = None, cluster: Optional[str] = None) -> Tuple[List[str], List[str]]:
+    """`hpc-launch report ID...`: jobs, arrays or sweeps, every one of them ended."""
+    from .errors import HpcLaunchError
+    from .jobs import find_jobs, refresh
+    from .records import JobStore
+    from .states import JobState
+
+    store = JobStore()
+    records: list = []
+    for ident in idents:
+        for r in find_jobs(store, ident, cluster):
+            if r not in records:
+                records.append(r)
+    records = refresh(store, records)
+    running = [r.job_id for r in records if not JobState(r.state).terminal]
+    if running:
+        raise HpcLaunchError(f"{len(running)} of the jobs have not ended yet ({', '.join(running[:5])})",
+                             hint=f"wait for them (`hpc-launch logs -f {idents[0]}`), then report")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in idents[0])
+    return write_for(records, out or f"report-{safe}", f"report of {', '.join(idents)}")

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 from . import dialects, launchers, site_rules
 from .errors import SpecError
 from .profiles import Profile
-from .protocol import LOCAL_HOST
+from .protocol import LOCAL_HOST, PLACEHOLDERS
 from .walltime import hms, minutes, parse_walltime
 
 
@@ -116,19 +116,20 @@ class ResolvedJob:
         return hms(self.walltime_s)
 
     def placeholders(self) -> Dict[str, Any]:
-        return {
+        """A value for each of protocol.PLACEHOLDERS (the names a profile may use), no other."""
+        values = {
             "nodes": self.nodes, "queue": self.queue or "", "walltime": self.walltime,
             "walltime_minutes": minutes(self.walltime_s), "group": self.group or "", "name": self.name,
             "gpus_per_node": self.gpus_per_node, "procs_per_node": self.procs_per_node,
             "world_size": self.world_size, "workdir": self.workdir,
             "cpus_per_proc": self.cpus_per_proc or "", "threads_per_proc": self.threads_per_proc or "",
         }
+        return {name: values[name] for name in PLACEHOLDERS}
 
     @property
     def cpus_per_proc(self) -> Optional[int]:
         """The node's CPUs (or the queue's share of it) divided between its ranks."""
-        q = self.profile.queues.get(self.queue or "")
-        cpus = q.cpus if q and q.cpus else self.profile.node.cpus
+        cpus = self.profile.node_cpus(self.queue)
         return max(1, cpus // self.procs_per_node) if cpus else None
 
     @property
@@ -205,7 +206,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         raise SpecError(f"--chain needs a scheduler to hold each link until the one before ends; {p.name} has none",
                         hint="run one job with a longer time, or chain on a cluster with a scheduler")
 
-    node_gpus = queue.gpus if queue and queue.gpus is not None else p.node.gpus
+    node_gpus = p.node_gpus(queue_name)
     gpus = node_gpus if spec.gpus_per_node is None else spec.gpus_per_node
     if not isinstance(gpus, int) or gpus < 0:
         raise SpecError(f"--gpus-per-node must be 0 or more, not {gpus!r}")

@@ -3,14 +3,12 @@ micro-batch) as one job array where the scheduler has arrays and every point ask
 resources, else one job per point; every point checked before anything is submitted; tracked
 to the end; then the report (hpc_launch/report.py).
 
-Light at import: the checks import the training entrypoint's pure helpers, and DeepSpeed (its
-config validator) and torch (plan's estimators) only inside `check()`.
+Every point is checked by the planner (plan.check_points: the entrypoint's own argument parser,
+batch arithmetic, DeepSpeed's validator, the memory estimators); this module only orchestrates.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import sys
 import time
@@ -19,18 +17,11 @@ from datetime import datetime
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import SpecError
+from .plan import AXES, FLAGS, check_points, entry_choices, label, undefined
+from .jobs.connect import TransportFor, transport_for
+from .protocol import POLL, Backoff
 
-# The axes of a grid, in the order a point's label names them. `nodes` is a job resource; the
-# others are the entrypoint's flags.
-AXES = ("zero", "offload", "precision", "nodes", "micro_batch")
-FLAGS = {"zero": "--zero", "offload": "--offload", "precision": "--precision", "micro_batch": "--micro-batch"}
 _FILE_KEYS = {"micro-batch": "micro_batch", "micro_batches": "micro_batch", "stage": "zero"}
-
-
-def _choices():
-    from train.ds_config import OFFLOADS, PRECISIONS, ZERO_STAGES
-
-    return {"zero": ZERO_STAGES, "offload": OFFLOADS, "precision": PRECISIONS}
 
 
 def axis_values(axis: str, raw: Any, where: str) -> List[Any]:
@@ -46,14 +37,14 @@ def axis_values(axis: str, raw: Any, where: str) -> List[Any]:
             if isinstance(item, bool) or not text.isdigit():
                 raise SpecError(f"{where}: {item!r} is not a whole number", hint="give whole numbers, comma-separated")
             value: Any = int(text)
-            if axis == "zero" and value not in _choices()["zero"]:
+            if axis == "zero" and value not in entry_choices()["zero"]:
                 raise SpecError(f"{where}: ZeRO stage {value} does not exist", hint="ZeRO stages are 0, 1, 2, 3")
             if axis != "zero" and value < 1:
                 raise SpecError(f"{where}: {value} must be at least 1")
         else:
             value = str(item).strip()
-            if value not in _choices()[axis]:
-                raise SpecError(f"{where}: {value!r} is not one of {', '.join(_choices()[axis])}")
+            if value not in entry_choices()[axis]:
+                raise SpecError(f"{where}: {value!r} is not one of {', '.join(entry_choices()[axis])}")
         if value not in out:
             out.append(value)
     return out
@@ -104,20 +95,6 @@ def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]
     return axes, points
 
 
-_OFFLOAD_WORDS = {"optimizer": "optimizer offload", "optimizer+params": "parameter offload"}
-
-
-def undefined(point: Dict[str, Any]) -> Optional[str]:
-    """Why a combination is not a configuration at all (the presets cannot express it), or None."""
-    from train.ds_config import OFFLOAD_STAGES, stages_text
-
-    offload, zero = point.get("offload", "none"), point.get("zero")
-    stages = OFFLOAD_STAGES[offload]
-    if zero is None or zero in stages:
-        return None
-    return f"{_OFFLOAD_WORDS[offload]} needs ZeRO {stages_text(stages)}"
-
-
 def expand(axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (),
            note: Callable[[str], Any] = lambda s: None) -> List[Dict[str, Any]]:
     """The grid's points: the product of the axes (combinations that are no configuration, like
@@ -146,11 +123,6 @@ def expand(axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (),
     if not out:
         raise SpecError("the sweep has no points", hint="give at least one axis, e.g. --zero 0,1,2,3, or a --grid file")
     return out
-
-
-def label(point: Dict[str, Any]) -> str:
-    """`zero=3 offload=optimizer precision=bf16 nodes=2 micro_batch=8` (the axes it names)."""
-    return " ".join(f"{a}={point[a]}" for a in AXES if a in point) or "(defaults)"
 
 
 def with_point(args: Sequence[str], point: Dict[str, Any]) -> List[str]:
@@ -248,7 +220,7 @@ def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = No
         except SpecError as exc:
             raise SpecError(f"sweep point {i + 1} ({label(value)}): {exc.message}", hint=exc.hint) from None
         points.append(Point(i, value, prepared))
-    check(points)
+    check_points(points)
     result = SweepPlan(sweep_id, points)
     dialect = dialects.get(base.job.profile.dialect)
     shapes = {p.shape for p in points}
@@ -262,82 +234,6 @@ def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = No
         for p in points:
             result.submissions.append(Submission([p], p.prepared, array=False))
     return result
-
-
-def _entry_args(point: Point):
-    """The entrypoint's own reading of the point's arguments (its defaults filled in)."""
-    from train.__main__ import parse_args
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            return parse_args(point.train_args)
-    except SystemExit:
-        why = (err.getvalue().strip().splitlines() or ["bad arguments"])[-1]
-        raise SpecError(f"sweep point {point.index + 1} ({point.label}): the entrypoint refuses its arguments: {why}",
-                        hint="fix --train-args") from None
-
-
-def check(points: Sequence[Point]) -> None:
-    """Refuse the first impossible point, with one line; nothing is submitted. Cheap checks first
-    for every point, then DeepSpeed's validator and the memory estimators."""
-    from train.ds_config import build_config, resolve_batch
-    from train.errors import TrainError
-
-    configs = []
-    for p in points:
-        args = p.entry = _entry_args(p)
-        world = p.prepared.job.world_size
-        try:
-            batch = resolve_batch(world, args.micro_batch, args.grad_accum, args.global_batch)
-            cfg = build_config(batch=batch, zero=args.zero, offload=args.offload, precision=args.precision, lr=args.lr,
-                               total_steps=args.steps or 1000)
-        except TrainError as exc:
-            raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
-        configs.append((p, cfg, world))
-    from train.ds_config import validate
-
-    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's logger writes to the stdout it finds
-        for p, cfg, world in configs:
-            try:
-                validate(cfg, world)
-            except TrainError as exc:
-                raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
-        _check_memory(points)
-
-
-def _check_memory(points: Sequence[Point]) -> None:
-    """plan's estimators (DeepSpeed's) for each point's stage and offload, where the profile
-    knows its GPUs' memory; a point whose model states do not fit is refused."""
-    from .plan import HEADROOM, plan_memory
-
-    cache: Dict[tuple, Any] = {}
-    for p in points:
-        job = p.prepared.job
-        gpu_mem = job.profile.node.gpu_mem_gib
-        if not gpu_mem:
-            continue  # no GPU memory in the profile (CPU testbeds, local): nothing to hold it against
-        key = (p.entry.model, job.nodes, job.procs_per_node)
-        if key not in cache:
-            try:
-                cache[key] = plan_memory(p.entry.model, job.nodes, max(job.procs_per_node, 1), gpu_mem, job.profile.node.mem_gib)
-            except Exception as exc:  # an unknown model, no torch here: the entrypoint will say it in the job
-                sys.stderr.write(f"hpc-launch: note: no memory estimate for {p.entry.model} ({type(exc).__name__}: {exc})\n")
-                cache[key] = None
-        result = cache[key]
-        if result is None:
-            continue
-        row = next((r for r in result.rows if r.stage == p.entry.zero and r.offload == p.entry.offload), None)
-        if row is not None and not row.fits:
-            cpu = job.profile.node.mem_gib
-            over_cpu = cpu is not None and row.cpu_gib > cpu
-            what = (f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}" if over_cpu else
-                    f"needs {row.gpu_gib:.1f} GiB per GPU for model states alone, more than {int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB")
-            better = result.recommended
-            hint = (f"use --zero {better.stage} --offload {better.offload} (hpc-launch plan), or more nodes" if better
-                    else "use more nodes or a smaller model (hpc-launch plan)")
-            raise SpecError(f"sweep point {p.index + 1} ({p.label}): {p.entry.model} under ZeRO-{row.stage} with offload {row.offload} {what}",
-                            hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,7 +284,7 @@ def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any]
     return sorted(records, key=lambda r: r.extra.get("point_index", 0))
 
 
-def submit_in_turn(sweep: SweepPlan, transport_for, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None,
+def submit_in_turn(sweep: SweepPlan, transport_for: TransportFor = transport_for, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None,
                    write: Callable[[str], Any] = sys.stderr.write, sleep: Callable[[float], None] = time.sleep) -> List[Any]:
     """Each submission only once the one before it has ended (a sweep on a machine with no
     scheduler); returns the ended records in point order."""
@@ -399,8 +295,8 @@ def submit_in_turn(sweep: SweepPlan, transport_for, *, store=None, on_recorded: 
     return ended
 
 
-def watch(store, records: List[Any], transport_for, *, write: Callable[[str], Any] = sys.stderr.write,
-          sleep: Callable[[float], None] = time.sleep, delays: Sequence[float] = (1.0, 2.0, 3.0, 5.0, 5.0, 10.0)) -> List[Any]:
+def watch(store, records: List[Any], transport_for: TransportFor = transport_for, *, write: Callable[[str], Any] = sys.stderr.write,
+          sleep: Callable[[float], None] = time.sleep, poll: Backoff = POLL) -> List[Any]:
     """Until every job has ended: one scheduler query per cluster per poll, a line per job as it
     ends. Returns the records as they ended."""
     from .jobs import refresh
@@ -408,7 +304,7 @@ def watch(store, records: List[Any], transport_for, *, write: Callable[[str], An
 
     current = {(r.cluster, r.job_id): r for r in records}
     said: set = set()
-    step = 0
+    delay = poll.first
     while True:
         active = [r for key, r in current.items() if key not in said and not JobState(r.state).terminal]
         if active:
@@ -424,5 +320,67 @@ def watch(store, records: List[Any], transport_for, *, write: Callable[[str], An
                 write(f"hpc-launch: {r.job_id} [{what}] {r.state}{code}; {len(said)} of {len(current)} ended\n")
         if len(said) == len(current):
             return [current[(r.cluster, r.job_id)] for r in records]
-        step = 0 if changed else min(step + 1, len(delays) - 1)
-        sleep(delays[step])
+        delay = poll.after(delay, changed)
+        sleep(delay)
+
+
+# ---------------------------------------------------------------------------------------------
+# `hpc-launch sweep`, start to report
+
+
+@dataclass
+class Run:
+    """What `run` tells its caller to show: the sweep's id, progress lines, the exit code."""
+
+    say: Callable[[str], Any]           # a note for the user (stderr, "hpc-launch: ..." )
+    line: Callable[[str], Any]          # a line as it is (stderr): submissions, the dry-run's plan
+    announce_id: Callable[[str], Any]   # the sweep's id, the one line on stdout
+    show_script: Callable[[str], Any] = lambda text: None  # --dry-run: each script
+
+
+def run(spec, values: List[Dict[str, Any]], ui: Run, *, profile_file: Optional[str] = None, separate: bool = False,
+        out: Optional[str] = None, no_wait: bool = False, dry_run: bool = False) -> int:
+    """Plan and check every point, submit, wait for all, write the report. Returns the exit code
+    (0 when every point is done). Ctrl-C says what keeps running and how to reach it."""
+    from . import report as rp
+    from .records import JobStore
+
+    sweep = plan(spec, values, profile_file=profile_file, separate=separate)
+    for line in sweep.notes:
+        ui.say(line)
+    if dry_run:
+        for sub in sweep.submissions:
+            ui.show_script(sub.prepared.script.text)
+        ui.line(describe(sweep))
+        return 0
+    store = JobStore()
+    ui.announce_id(sweep.sweep_id)
+
+    def announce(record) -> None:
+        extra = record.extra or {}
+        within = f" (task of array {extra['array']})" if extra.get("array") else ""
+        ui.line(f"submitted point {extra.get('point_index', 0) + 1} [{label(extra.get('point', {}))}] as {record.job_id}{within}; "
+               f"log: {record.log_path}")
+
+    in_turn = sweep.shares_one_machine and not no_wait
+    try:
+        if in_turn:
+            ui.say("no scheduler on this cluster: the points run one after another, so none slows another's figures")
+            ended = submit_in_turn(sweep, store=store, on_recorded=announce)
+        else:
+            records = submit(sweep, store=store, on_recorded=announce)
+            if no_wait:
+                ui.say(f"sweep {sweep.sweep_id}: follow it with `hpc-launch logs -f {sweep.sweep_id}`, "
+                       f"report with `hpc-launch report {sweep.sweep_id}`")
+                return 0
+            ended = watch(store, records)
+    except KeyboardInterrupt:
+        later = " (points not yet started are not submitted)" if in_turn else ""
+        ui.say(f"interrupted: the sweep's submitted jobs keep running{later}. Follow: hpc-launch logs -f {sweep.sweep_id}   "
+               f"Report: hpc-launch report {sweep.sweep_id}   Stop: hpc-launch cancel {sweep.sweep_id}")
+        raise
+    written, notes = rp.write_for(ended, out or sweep.sweep_id, f"sweep {sweep.sweep_id} on {ended[0].cluster}")
+    for note in notes:
+        ui.say(note)
+    ui.say("report: " + ", ".join(written))
+    return 0 if all(r.state == "done" for r in ended) else 1

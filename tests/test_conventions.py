@@ -12,7 +12,7 @@ import pytest
 
 from envutil import scheduler_env_cleared
 from hpc_launch import __version__
-from hpc_launch.cli import JOB_JSON_KEYS
+from hpc_launch.cli.app import JOB_JSON_KEYS
 from hpc_launch.records import JobRecord, JobStore
 
 DOCS = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()

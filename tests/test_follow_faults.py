@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-import hpc_launch.logs as logs
 from hpc_launch.logs import follow
+from hpc_launch.protocol import Backoff
 from hpc_launch.states import JobState
 
 
@@ -26,7 +26,6 @@ def own_server(tmp_path):
 def test_follow_over_ssh_reconnects_after_sshd_drops_and_loses_no_line(own_server, tmp_path, monkeypatch):
     from hpc_launch.transport import SSHTransport
 
-    monkeypatch.setattr(logs, "RECONNECT_BACKOFF", (0.2, 0.4, 0.8))
     path = tmp_path / "job.log"
     writer = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
@@ -46,7 +45,7 @@ def test_follow_over_ssh_reconnects_after_sshd_drops_and_loses_no_line(own_serve
     cutter = threading.Thread(target=cut)
     cutter.start()
     try:
-        final = follow(t, str(path), state=lambda: JobState.DONE if writer.poll() is not None else JobState.RUNNING,
+        final = follow(t, str(path), reconnect=Backoff(0.2, 2.0, 0.8), state=lambda: JobState.DONE if writer.poll() is not None else JobState.RUNNING,
                        write=received.append, poll_interval=0.05, on_reconnect=lambda reason, delay: drops.append(reason))
     finally:
         cutter.join()
@@ -65,7 +64,6 @@ def test_follow_gives_up_after_the_reconnect_budget(tmp_path, monkeypatch):
         def size(self, path):
             raise TransportError("cannot connect to nowhere")
 
-    monkeypatch.setattr(logs, "RECONNECT_BACKOFF", (0.01,))
-    monkeypatch.setattr(logs, "RECONNECT_GIVE_UP_S", 0.1)
     with pytest.raises(TransportError):
-        follow(Gone(), str(tmp_path / "x"), state=lambda: JobState.RUNNING, write=lambda s: None, poll_interval=0.01)
+        follow(Gone(), str(tmp_path / "x"), state=lambda: JobState.RUNNING, write=lambda s: None, poll_interval=0.01,
+               reconnect=Backoff(0.01, 1.0, 0.01), give_up_s=0.1)

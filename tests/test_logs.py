@@ -10,7 +10,8 @@ import time
 import pytest
 
 from hpc_launch.errors import SchedulerError
-from hpc_launch.logs import LogTail, follow, read_exit_code
+from hpc_launch.logs import MAX_STATE_FAILURES, LogTail, follow, read_exit_code
+from hpc_launch.protocol import POLL, Backoff
 from hpc_launch.states import JobState
 from hpc_launch.transport import LocalTransport
 
@@ -86,10 +87,6 @@ def test_follow_returns_after_final_drain_of_lines_written_at_the_end(tmp_path):
 
 
 def test_follow_state_queries_back_off_while_nothing_changes(tmp_path, monkeypatch):
-    import hpc_launch.logs as logs
-
-    monkeypatch.setattr(logs, "STATE_INTERVAL_MIN", 0.1)  # the real 1 s -> 10 s, ten times faster
-    monkeypatch.setattr(logs, "STATE_INTERVAL_MAX", 1.0)
     calls = []
     stop = threading.Event()
     threading.Timer(2.5, stop.set).start()
@@ -99,7 +96,7 @@ def test_follow_state_queries_back_off_while_nothing_changes(tmp_path, monkeypat
         return JobState.QUEUED
 
     assert follow(LocalTransport(), str(tmp_path / "never.log"), state=state, write=print,
-                  poll_interval=0.05, stop=stop) is JobState.QUEUED
+                  poll_interval=0.05, stop=stop, poll=Backoff(0.1, POLL.factor, 1.0))  # POLL, ten times faster is JobState.QUEUED
     gaps = [b - a for a, b in zip(calls, calls[1:])]
     assert 5 <= len(calls) <= 9  # 0, .1, .25, .48, .81, 1.3, 2.1 s ... instead of 50 polls
     assert gaps[-1] > 3 * gaps[0] and max(gaps) < 1.0 + 0.2
@@ -116,10 +113,8 @@ def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch
             raise answer
         return answer
 
-    import hpc_launch.logs as logs
-
-    monkeypatch.setattr(logs, "STATE_INTERVAL_MIN", 0.05)
-    assert follow(LocalTransport(), str(path), state=flaky, write=lambda s: None, poll_interval=0.01) \
+    assert follow(LocalTransport(), str(path), state=flaky, write=lambda s: None, poll_interval=0.01,
+                  poll=Backoff(0.05, 1.5, 1.0)) \
         is JobState.DONE
     broken_calls = []
 
@@ -129,7 +124,7 @@ def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch
 
     with pytest.raises(SchedulerError):
         follow(LocalTransport(), str(path), state=broken, write=lambda s: None, poll_interval=0.01)
-    assert len(broken_calls) == logs.MAX_STATE_FAILURES
+    assert len(broken_calls) == MAX_STATE_FAILURES
 
 
 @pytest.mark.parametrize("content,expected", [

@@ -1,9 +1,10 @@
-"""What every scheduler dialect provides. Everything scheduler-specific lives on its dialect:
-submit command and flags, job-id forms, node-list variables, the status query and its
-fallbacks, state words, exit-status meanings, cancel outcomes, log names.
+"""What every scheduler dialect provides: the contract. Everything scheduler-specific lives on
+its dialect (one module per scheduler), nothing of it anywhere else.
 
-A dialect never holds a connection: the job's life (`jobs.py`) hands it a `run(argv)` callable
-that executes a command where the scheduler is and returns an object with rc, out and err.
+A dialect is stateless and never holds a connection: the job's life (`hpc_launch/jobs/`) hands
+it a `run(argv)` callable that executes a command where the scheduler is and returns an object
+with `rc`, `out` and `err`. It never raises for a job that is merely gone; it raises
+SchedulerError only for an answer it cannot read. The contract, hook by hook, is on `Dialect`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,36 @@ UNKNOWN_JOB_PATTERNS = [r"invalid job id", r"unknown job", r"do(?:es)? not exist
 
 
 class Dialect:
+    """One scheduler's dialect. Adding a scheduler = one module with a subclass, one line in the
+    registry (`dialects/__init__.py`), and a profile that names it (docs/adding-a-scheduler.md).
+
+    Rendering (hpc_launch/render.py):
+      `template`, `directive_prefix`, `directive_key()`/`keyed_flags` (which user directive
+      replaces which default: PBS honours the FIRST of two, so there are never two), `job_id_expr`
+      / `job_num_expr` (shell, valid inside the job), `nodelist_shell`, `array_*`.
+    Submitting (hpc_launch/jobs/placing.py):
+      `submit_argv(script_path, submit_flags, depend_on=...)` -> the whole command, run in the
+      job's work dir. The script reaches the scheduler as the argument `script_path` or, when
+      `script_on_stdin` is True (LSF's `bsub < script`), on the command's standard input and not
+      in argv. `depend_on=ID` holds the job until job ID has ended, however it ended: that is how
+      a chain link names its predecessor (`depend_flags`; never by a word's position).
+      `parse_submit(out)` -> the job id, or SchedulerError. `is_transient(err)`: a refusal that
+      created nothing and says "try later" (retried); `find_submitted(run, script_relpath)`:
+      after an unclear failure, the id of the job this submission created (None: cannot tell).
+    Reading state (hpc_launch/jobs/state.py):
+      `query_jobs(run, {id: script_name})` -> {id: StatusInfo} for the ids the scheduler still
+      knows (ONE command for all of a cluster's jobs; a missing id means "forgotten", never an
+      error); `accounting(run, id)` -> StatusInfo from the accounting records, or None;
+      `log_verdict(log_tail)` -> the scheduler's own kill message in the log, or None;
+      `exit_state(code)` -> the state an exit status means to this scheduler.
+    Cancelling: `cancel_argv(id)`, `parse_cancel(rc, out, err)` -> CancelOutcome.
+    Inside a job: `nodefile_vars`, `nodes_from_env(env)` -> (source, host -> slots) or None.
+    Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
+      regexes for it}: its words for a walltime kill, a memory kill, a queue-limit refusal.
+    Excluding hosts: `exclude_flags(hosts)` -> submit flags that keep a job off those hosts ([]:
+      the scheduler cannot say it).
+    """
+
     name: str = ""
     title: str = ""  # for docs and `clusters`
     has_scheduler = True  # False: no scheduler, the script runs as a background process group
@@ -73,6 +104,13 @@ class Dialect:
     # Environment variables that name the node list inside a job, in detection order.
     nodefile_vars: Tuple[str, ...] = ()
     unknown_job_patterns: Sequence[str] = UNKNOWN_JOB_PATTERNS
+    # The script is fed on the submit command's standard input, not named in argv (LSF's `bsub <`).
+    script_on_stdin = False
+    # Directive flags whose first word is keyed by the resource it sets (`-l walltime=...`):
+    # a user's `-l walltime=` replaces the default `-l walltime=`, not every `-l`.
+    keyed_flags: Tuple[str, ...] = ()
+    # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)
+    failure_wording: Mapping[str, Tuple[str, ...]] = {}
 
     # ---- directives ----------------------------------------------------------------------
     def directive_key(self, text: str) -> str:
@@ -83,7 +121,7 @@ class Dialect:
         head = tokens[0]
         if head.startswith("--") and "=" in head:
             return head.split("=", 1)[0]
-        if len(tokens) > 1 and head in ("-l", "-W", "-v", "--attrs"):
+        if len(tokens) > 1 and head in self.keyed_flags:
             return f"{head} {re.split(r'[=:]', tokens[1], maxsplit=1)[0]}"
         return head
 
@@ -110,8 +148,20 @@ class Dialect:
         return []
 
     def submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = (), program: Optional[Sequence[str]] = None,
-                    log_prefix: str = "") -> List[str]:
-        return list(program or [self.submit_program]) + list(submit_flags) + [script_path]
+                    log_prefix: str = "", depend_on: Optional[str] = None) -> List[str]:
+        """The submit command; `depend_on`: hold the job until that job has ended (a chain)."""
+        return (list(program or [self.submit_program]) + self.base_submit_flags() + list(submit_flags)
+                + self.held_flags(depend_on) + self.script_args(script_path))
+
+    def base_submit_flags(self) -> List[str]:
+        """Flags that come first on every submit command of this scheduler (Slurm's --parsable)."""
+        return []
+
+    def held_flags(self, depend_on: Optional[str]) -> List[str]:
+        return self.depend_flags(depend_on) if depend_on else []
+
+    def script_args(self, script_path: str) -> List[str]:
+        return [] if self.script_on_stdin else [script_path]
 
     def parse_submit(self, out: str) -> str:
         raise NotImplementedError

@@ -44,9 +44,11 @@ class Cobalt(Dialect):
     nodelist_shell = 'awk \'!seen[$0]++\' "$COBALT_NODEFILE"'
     nodefile_vars = ("COBALT_NODEFILE",)
 
-    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
+    keyed_flags = ("--attrs",)
+
+    def base_submit_flags(self) -> List[str]:
         # Script mode; Cobalt also requires the execute bit (the submitter sets mode 0755).
-        return list(program or [self.submit_program]) + ["--mode", "script"] + list(submit_flags) + [script_path]
+        return ["--mode", "script"]
 
     def parse_submit(self, out: str) -> str:
         return last_matching_line(out, r"^(\d+)$", "qsub").group(1)

@@ -115,6 +115,8 @@ class GridEngine(Dialect):
     name = "gridengine"
     title = "Grid Engine"
     directive_prefix = "#$"
+    keyed_flags = ("-l", "-v")
+    failure_wording = {"queue_limit": (r"Unable to run job: job rejected: (?P<why>.*?)\s*$",)}  # qsub
     submit_program = "qsub"
     job_id_expr = "${JOB_ID:?not inside a Grid Engine job}"
     job_num_expr = "${JOB_ID}"

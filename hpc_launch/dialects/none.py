@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Mapping, Sequence
 
+from ..protocol import SCRIPT_DIR
 from ..states import JobState
 from .base import CancelOutcome, Dialect, StatusInfo, last_matching_line
 
@@ -19,7 +20,7 @@ _LAUNCH = (
     'setsid bash -c \'echo "$$"; exec >"$1$$" 2>&1 </dev/null; '
     'HPC_LAUNCH_JOB_ID=$$ exec bash "$2"\' hpc-launch-job "$1" "$2" &'
 )
-MARKER = ".hpc-launch/"  # every script we start lives under WORKDIR/.hpc-launch/
+MARKER = SCRIPT_DIR + "/"  # every script we start lives under WORKDIR/.hpc-launch/
 
 
 class NoScheduler(Dialect):
@@ -32,7 +33,7 @@ class NoScheduler(Dialect):
     job_num_expr = "${HPC_LAUNCH_JOB_ID:-$$}"
     nodelist_shell = ""
 
-    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix: str = "job.o"):
+    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix: str = "job.o", depend_on=None):
         return ["bash", "-c", _LAUNCH, "hpc-launch-submit", log_prefix, script_path]
 
     def parse_submit(self, out: str) -> str:

@@ -142,6 +142,17 @@ class PBSPro(Dialect):
     job_num_expr = '"${PBS_JOBID%%[.[]*}${PBS_ARRAY_INDEX:+.$PBS_ARRAY_INDEX}"'
     nodelist_shell = 'awk \'!seen[$0]++\' "$PBS_NODEFILE"'
     nodefile_vars = ("PBS_NODEFILE",)
+    keyed_flags = ("-l", "-W", "-v")
+    # MoM's kill lines (mom_main.c) and qsub's / the scheduler's refusals (pbs_messages.c,
+    # src/scheduler/constant.h NEVER_RUN_PREFIX), as the real server prints them
+    failure_wording = {
+        "walltime": (r"=>> PBS: job killed: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
+                     r"killed by PBS: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)"),
+        "host_oom": (r"(?:job killed|killed by PBS): (?P<resource>p?v?mem) \S+ exceeded limit",),
+        "queue_limit": (r"qsub: Job violates queue and/or server resource limits",
+                        r"Job rejected by all possible destinations",
+                        r"Can Never Run: (?P<why>.*?)\s*$"),
+    }
 
     def log_verdict(self, log_tail: str) -> Optional[StatusInfo]:
         return kill_reason(log_tail)

@@ -103,6 +103,18 @@ class Slurm(Dialect):
     name = "slurm"
     title = "Slurm"
     directive_prefix = "#SBATCH"
+    # slurmstepd (req.c: DUE TO TIME LIMIT; task/cgroup: oom-kill events), job states and
+    # reasons (job_state_reason.c), sbatch's refusals (slurm_errno.c)
+    failure_wording = {
+        "walltime": (r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*",),
+        "host_oom": (r"Detected \d+ oom[-_]kill event", r"OUT_OF_MEMORY", r": task \d+: Out Of Memory"),
+        "queue_limit": (
+            # the limit's name beats sbatch's generic refusal
+            r"(?P<why>QOSMax[A-Za-z]*PerJob[A-Za-z]*Limit|AssocMax[A-Za-z]*PerJob[A-Za-z]*Limit|PartitionTimeLimit|PartitionNodeLimit)",
+            r"Batch job submission failed: (?P<why>Requested node configuration is not available|Requested time limit is invalid"
+            r"|More processors requested than permitted|Node count specification invalid|Job violates accounting/QOS policy"
+            r"|Invalid partition name specified)"),
+    }
     submit_program = "sbatch"
     job_id_expr = "${SLURM_JOB_ID:?not inside a Slurm job}"
     job_num_expr = "${SLURM_JOB_ID}"
@@ -111,8 +123,8 @@ class Slurm(Dialect):
     # squeue: `Invalid job id specified`; scancel -v: `Job/step already completing or completed`
     unknown_job_patterns = (r"invalid job id", r"already completing or completed")
 
-    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix=""):
-        return list(program or [self.submit_program]) + ["--parsable"] + list(submit_flags) + [script_path]
+    def base_submit_flags(self) -> List[str]:
+        return ["--parsable"]  # the id alone on stdout (`ID` or `ID;cluster`)
 
     # ---- arrays: `--array=0-N`; task i is `ID_i` to squeue, sacct and scancel -------------------
     array_index_var = "SLURM_ARRAY_TASK_ID"

@@ -1,0 +1,120 @@
+"""Commands that need no job record: hostfile and announce (inside a job), clusters, plan, completion."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+
+from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_json, print_table
+
+
+@app.command()
+def hostfile(
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="write here (atomically) instead of stdout"),
+    slots: Optional[int] = typer.Option(None, "--slots", "-s", help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
+                                                                    "else as often as the node list names a host"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="take slots from this cluster profile"),
+    source: Optional[str] = typer.Option(None, "--from", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
+    nodefile: Optional[str] = typer.Option(None, "--nodefile", help="read this node file (one host per line)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="comma-separated hosts"),
+    include: Optional[str] = typer.Option(None, "--include", "-i", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"),
+    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", help="drop these hosts: host1@host2 (DeepSpeed syntax)"),
+) -> None:
+    """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
+    from .. import hostfile as hf
+
+    if source is not None and source not in hf.scheduler_names():
+        raise typer.BadParameter(f"{source!r}: use one of {', '.join(hf.scheduler_names())}", param_hint="--from")
+    if slots is None and cluster:
+        from .. import profiles
+
+        slots = max(profiles.load(cluster).node.gpus, 1)
+    text = hf.build(env=os.environ, prefer=source, nodefile=nodefile, hosts=hosts, slots=slots, include=include, exclude=exclude)
+    if output:
+        hf.write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def announce(
+    target: str = typer.Argument(..., metavar="HOST:PORT", help="the first pod and the job's --gather port"),
+    name: Optional[str] = typer.Option(None, "--name", help="this host's name as the job's --hosts lists it (default: hostname)"),
+    address: Optional[str] = typer.Option(None, "--address", help="the address the others reach this host at (default: the one that reaches HOST)"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds to keep trying while the job has not started listening"),
+) -> None:
+    """On a worker pod: tell a `--gather` job starting on HOST this pod's name and address."""
+    from ..gather import Refused
+    from ..gather import announce as send
+
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter(f"{target!r} is not HOST:PORT (e.g. 10.0.0.11:29400)", param_hint="HOST:PORT")
+    try:
+        who, where = send(host, int(port), name=name, address=address, timeout=timeout)
+    except (Refused, TimeoutError) as exc:
+        err(f"{exc}")
+        raise typer.Exit(1) from None
+    sys.stderr.write(f"announced {who} at {where} to {target}\n")
+
+
+@clusters_app.callback()
+def clusters_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="the list as JSON (keys: docs/commands.md)")) -> None:
+    """List the known clusters."""
+    if ctx.invoked_subcommand:
+        return
+    from .. import profiles
+
+    rows = profiles.summaries()
+    if json_:
+        print_json(rows)
+        return
+    print_table(("name", "scheduler", "GPUs/node", "launcher", "status", "title"),
+                [(r["name"], "-", "-", "-", "broken", r["error"]) if r["status"] == "broken" else
+                 (r["name"], r["scheduler"], str(r["gpus_per_node"]), r["launcher"], r["status"], r["title"]) for r in rows])
+
+
+@clusters_app.command("show")
+def clusters_show(name: str = typer.Argument(..., help="cluster name"),
+                  profile: Optional[str] = typer.Option(None, "--profile", help="an extra cluster profile YAML file, merged last")) -> None:
+    """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""
+    from .. import profiles
+
+    sys.stdout.write(profiles.resolved_yaml(name, profile_file=profile))
+
+
+@app.command()
+def plan(
+    model: str = typer.Option("resnet50", "--model", "-m", help="torchvision model name"),
+    cluster: str = typer.Option("abci", "--cluster", "-c", autocompletion=complete_clusters, help="cluster profile name"),
+    nodes: int = typer.Option(1, "--nodes", "-n", help="number of nodes"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs per node (default: the queue's)"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue / partition / resource type"),
+    json_: bool = typer.Option(False, "--json", help="the plan as JSON (keys: docs/commands.md)"),
+) -> None:
+    """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), and a recommendation."""
+    from ..plan import format_plan, plan_for_cluster  # torch and deepspeed only inside
+
+    result = plan_for_cluster(model, cluster, nodes, gpus_per_node, queue)
+    if json_:
+        import dataclasses
+
+        print_json(dataclasses.asdict(result))
+    else:
+        sys.stdout.write(format_plan(result) + "\n")
+
+
+@app.command()
+def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> None:
+    """Print the shell completion script (commands, options, cluster names, job ids).
+
+    bash: `source <(hpc-launch completion bash)` in ~/.bashrc; zsh: the same in ~/.zshrc;
+    fish: `hpc-launch completion fish > ~/.config/fish/completions/hpc-launch.fish`."""
+    from typer._completion_shared import get_completion_script
+
+    if shell not in ("bash", "zsh", "fish"):
+        raise typer.BadParameter(f"{shell!r}: use bash, zsh or fish", param_hint="SHELL")
+    sys.stdout.write(get_completion_script(prog_name="hpc-launch", complete_var=COMPLETE_VAR, shell=shell) + "\n")

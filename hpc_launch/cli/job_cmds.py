@@ -1,0 +1,143 @@
+"""Commands about recorded jobs: logs, status, list, adopt, cancel, doctor, report."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+from ..errors import HpcLaunchError
+from .app import app, complete_clusters, complete_jobs, say, show_jobs
+
+
+@app.command()
+def logs(
+    job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=complete_jobs),
+    follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
+    summary: bool = typer.Option(False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"),
+    show_all: bool = typer.Option(False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+) -> None:
+    """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
+    from .. import follow
+    from ..jobs import lookup
+    from ..records import JobStore
+
+    store = JobStore()
+    target = lookup(store, job_id, cluster)
+    if target.group:
+        if not follow_:
+            raise HpcLaunchError(f"{job_id} is a sweep or job array of {len(target.records)} jobs",
+                                 hint=f"`hpc-launch logs JOBID` for one of them (`hpc-launch status {job_id}` lists them), "
+                                      "or -f to follow them all")
+        from ..sweep import watch
+
+        ended = watch(store, target.records)
+        raise typer.Exit(0 if all(r.state == "done" for r in ended) else 1)
+    record = target.records[0]
+    if follow_:
+        raise typer.Exit(follow.follow_chain(record, store=store, show_all=show_all))
+    try:
+        text = follow.summary_of(record, store) if summary else follow.read_whole_log(record)
+    except FileNotFoundError:
+        raise HpcLaunchError(f"the log {record.log_path} does not exist yet (job {record.state})",
+                             hint=f"`hpc-launch logs -f {job_id}` waits for it") from None
+    sys.stdout.write(text + "\n" if summary else text)
+
+
+@app.command()
+def status(
+    job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)", autocompletion=complete_jobs),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+    json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
+) -> None:
+    """Ask the schedulers (one query per cluster) and show the jobs' states."""
+    from ..jobs import lookup, refresh
+    from ..records import JobStore
+
+    store = JobStore()
+    # a sweep's or a job array's id stands for all its jobs
+    records = [r for j in job_ids for r in lookup(store, j, cluster).records] if job_ids else store.list(cluster=cluster, active_only=True)
+    show_jobs(refresh(store, records), json_)
+
+
+@app.command("list")
+def list_jobs(
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+    active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
+    refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
+    limit: int = typer.Option(50, "--limit", "-l", help="at most this many jobs, newest first"),
+    json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
+) -> None:
+    """The jobs hpc-launch has submitted, newest first."""
+    from ..jobs import refresh, refresh_is_cheap
+    from ..records import JobStore
+
+    store = JobStore()
+    records = store.list(cluster=cluster, active_only=active, limit=limit)
+    # jobs on this machine with no scheduler cost one local `ps`: always show their real state
+    show_jobs(refresh(store, records if refresh_ else [r for r in records if refresh_is_cheap(r)], keep=records), json_)
+
+
+@app.command()
+def adopt(
+    job_id: str = typer.Argument(..., help="the scheduler's job id"),
+    cluster: str = typer.Option(..., "--cluster", "-c", autocompletion=complete_clusters),
+    workdir: str = typer.Option(..., "--workdir", help="the job's work dir (absolute, on the host that submitted it)"),
+    name: str = typer.Option("train", "--name", "-N", help="the job's name"),
+    script: str = typer.Option("", "--script", help="the job script's path (its name tells this job's files from an earlier job's)"),
+    login: Optional[str] = typer.Option(None, "--login", help="the SSH alias it was submitted through"),
+) -> None:
+    """Record a job that exists but has no record (printed by submit when its store failed)."""
+    from .. import profiles
+    from ..jobs import adopt as adopt_job
+    from ..protocol import LOCAL_HOST, SCRIPT_DIR, is_local
+    from ..records import JobStore
+
+    record = adopt_job(JobStore(), profiles.load(cluster), job_id=job_id, host=LOCAL_HOST if is_local(login) else str(login),
+                       name=name, workdir=workdir, script_path=script or f"{workdir.rstrip('/')}/{SCRIPT_DIR}/{name}.sh")
+    sys.stderr.write(f"recorded {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(..., help="job id, or a sweep's or a job array's id", autocompletion=complete_jobs),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+) -> None:
+    """Cancel a job (qdel / scancel / kill of the local job's process group) and report how it ended."""
+    from ..jobs import cancel_ident
+    from ..records import JobStore
+
+    sys.stderr.write("\n".join(cancel_ident(JobStore(), job_id, cluster)) + "\n")
+
+
+@app.command()
+def doctor(
+    target: str = typer.Argument(..., help="job id (as printed by submit), or the path of a log file", autocompletion=complete_jobs),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+) -> None:
+    """Name the cause and the fix of a failed job, from its log, the scheduler's word and its exit status.
+
+    Exit 0 when it names a cause (or nothing failed), 1 when the failure is not one it knows."""
+    from ..doctor import examine, report_lines
+
+    diagnosis = examine(target, cluster, on_note=say)
+    sys.stdout.write("\n".join(report_lines(diagnosis)) + "\n")
+    raise typer.Exit(0 if diagnosis.found or diagnosis.succeeded else 1)
+
+
+@app.command()
+def report(
+    job_ids: List[str] = typer.Argument(..., help="job ids, job arrays' ids or sweep ids", autocompletion=complete_jobs),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="the report's folder (default: ./report-FIRST_ID)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+) -> None:
+    """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
+    configuration; for one job also its loss and samples/s over steps (steps.png)."""
+    from ..report import report_jobs
+
+    written, notes = report_jobs(job_ids, out, cluster)
+    for note in notes:
+        say(note)
+    say("report: " + ", ".join(written))

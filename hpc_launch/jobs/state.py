@@ -1,0 +1,188 @@
+"""A job's state: who decides it, and keeping the store up to date. One policy for all dialects.
+
+Who decides a job's state, in order:
+1. the scheduler, while it knows the job (ONE query per cluster for all its tracked jobs,
+   with the dialect's own fallbacks: PBS history off, Torque-style qstat, ...);
+2. the exit-code file the job script wrote beside its log, once the scheduler has forgotten
+   the job (or says it ended without saying how);
+3. the scheduler's accounting (qacct, sacct) when the script left no exit-code file;
+4. otherwise the job died without running its exit trap (node lost, SIGKILL): failed, unless
+   a cancel was requested.
+
+A cancel counts only when it was asked for (by us, recorded before the request went out) or the
+scheduler says so: a SIGTERM or SIGKILL nobody asked for (walltime, out-of-memory killer) is a
+failure, not a cancel.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+from .. import dialects
+from ..dialects import Dialect, StatusInfo
+from ..errors import HpcLaunchError
+from ..logs import read_exit_code
+from ..protocol import EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST
+from ..records import JobRecord, JobStore
+from ..states import JobState
+from ..transport.base import Transport
+from .connect import TransportFor, transport_for
+
+
+def cancel_requested(rec: JobRecord) -> bool:
+    return bool((rec.extra or {}).get("cancel_requested_at")) or rec.state == JobState.CANCELLED.value
+
+
+def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
+    """The one exit-code-to-state policy for what the job script reported (or failed to)."""
+    asked = cancel_requested(rec)
+    if code == 0:
+        return JobState.DONE
+    if code == EXIT_RESUMABLE:
+        return JobState.TIMEOUT
+    if code is None or code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL):
+        return JobState.CANCELLED if asked else JobState.FAILED
+    return JobState.FAILED
+
+
+def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
+    """A one-line reason for an end that is not self-explaining."""
+    if state == JobState.FAILED and code == EXIT_SIGKILL and not cancel_requested(rec):
+        return "killed by SIGKILL that nobody requested: usually the out-of-memory killer (lower --micro-batch, or use ZeRO offload)"
+    if state == JobState.FAILED and code == EXIT_SIGTERM and not cancel_requested(rec):
+        return "terminated by SIGTERM that hpc-launch did not send (walltime, preemption or an admin)"
+    if state == JobState.FAILED and code is None:
+        return "ended without writing its exit code (node lost or killed with SIGKILL)"
+    if code == EXIT_RESUMABLE:
+        return "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
+    return ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: JobState
+    exit_code: Optional[int] = None
+    raw: str = ""  # the scheduler's word, or where the answer came from
+    comment: str = ""
+    never_runs: bool = False
+
+
+def runner(transport: Transport, rec: JobRecord) -> Callable[[List[str]], Any]:
+    commands = (rec.extra or {}).get("commands", {})
+    return lambda argv: transport.run(dialects.with_site_commands(argv, commands), timeout=60)
+
+
+def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
+    """job_id -> Outcome for records all on one cluster/host."""
+    if not records:
+        return {}
+    dialect = dialects.get(records[0].dialect)
+    run = runner(transport, records[0])
+    known = dialect.query_jobs(run, {r.job_id: r.script_name for r in records})
+    return {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
+
+
+def _decide(dialect: Dialect, run: Callable[[List[str]], Any], transport: Transport, rec: JobRecord, info: Optional[StatusInfo]) -> Outcome:
+    if info is not None and info.active:
+        if info.state == JobState.UNKNOWN:
+            # a word we do not know never ends (or restarts) a job: keep what we had
+            return Outcome(JobState(rec.state), None, info.raw, info.comment or rec.comment, info.never_runs)
+        return Outcome(info.state, None, info.raw, info.comment, info.never_runs)
+    code = read_exit_code(transport, rec.exit_path, rec.script_name)
+    if info is not None and not info.ended:
+        # the scheduler says how it ended (state and maybe its own exit status)
+        state = info.state
+        if code == EXIT_RESUMABLE:  # "failed, exit 75" to the scheduler: stopped for time, resumable
+            return Outcome(JobState.TIMEOUT, code, info.raw, exit_hint(JobState.TIMEOUT, code, rec))
+        if state == JobState.FAILED and cancel_requested(rec) and code in (None, EXIT_SIGTERM, EXIT_SIGKILL):
+            state = JobState.CANCELLED
+        return Outcome(state, code if code is not None else info.exit_code, info.raw, info.comment)
+    if code is None and info is None:
+        acct = dialect.accounting(run, rec.job_id)
+        if acct is not None and not acct.active:
+            state = acct.state
+            if state == JobState.FAILED and cancel_requested(rec):
+                state = JobState.CANCELLED
+            return Outcome(state, acct.exit_code, acct.raw or "accounting", acct.comment)
+    raw = info.raw if info is not None else "gone"
+    comment = info.comment if info is not None else ""
+    if code in (None, EXIT_SIGTERM, EXIT_SIGKILL) and not cancel_requested(rec):
+        verdict = dialect.log_verdict(_log_tail(transport, rec))
+        if verdict is not None:  # the scheduler killed it for a limit and said so in the log
+            return Outcome(verdict.state, code, raw, verdict.comment)
+    state = state_from_exit_code(code, rec)
+    return Outcome(state, code, raw, comment or exit_hint(state, code, rec))
+
+
+def _log_tail(transport: Transport, rec: JobRecord, size: int = 16384) -> str:
+    try:
+        end = transport.size(rec.log_path)
+        if not end:
+            return ""
+        return transport.read_from(rec.log_path, max(0, end - size), size).decode("utf-8", "replace")
+    except (OSError, HpcLaunchError):
+        return ""
+
+
+def store_outcome(store: JobStore, rec: JobRecord, got: Outcome) -> None:
+    fields: dict = {"state": got.state.value}
+    if got.exit_code is not None:
+        fields["exit_code"] = got.exit_code
+    if got.comment != rec.comment:
+        fields["comment"] = got.comment
+    if got.state.terminal and rec.end_time is None:
+        fields["end_time"] = time.time()
+    store.update(rec.cluster, rec.job_id, **fields)
+
+
+def refresh_is_cheap(rec: JobRecord) -> bool:
+    """A job on this machine with no scheduler: one local `ps` tells its state."""
+    return rec.host == LOCAL_HOST and not dialects.get(rec.dialect).has_scheduler and not JobState(rec.state).terminal
+
+
+def refresh(store: JobStore, records: Iterable[JobRecord], transport_for: TransportFor = transport_for, keep: Optional[List[JobRecord]] = None) -> List[JobRecord]:
+    """Update the store for every active record: one scheduler query per (cluster, host).
+    Returns `keep` (default: `records`) as stored afterwards."""
+    records = list(records)
+    groups: Dict[tuple, List[JobRecord]] = {}
+    for rec in records:
+        if not JobState(rec.state).terminal:
+            groups.setdefault((rec.cluster, rec.host), []).append(rec)
+    for (_cluster, host), recs in groups.items():
+        transport = transport_for(host)
+        answers = query(transport, recs)
+        for rec in recs:
+            store_outcome(store, rec, answers[rec.job_id])
+    return [store.get(r.job_id, r.cluster) for r in (records if keep is None else keep)]
+
+
+class NeverRuns(HpcLaunchError):
+    """The scheduler says the job can never start: following it would wait forever."""
+
+    exit_code = 1
+    final = True  # a follower stops at once (not a transient query failure)
+
+
+def state_poller(transport: Transport, record: JobRecord, store: Optional[JobStore] = None,
+                 on_comment: Optional[Callable[[str], None]] = None):
+    """A `state()` callable for logs.follow that keeps the record up to date and reports the
+    scheduler's comment when it changes."""
+    seen = {"comment": record.comment}
+
+    def state() -> JobState:
+        current = store.get(record.job_id, record.cluster) if store else record
+        got = query(transport, [current])[record.job_id]
+        if store is not None:
+            store_outcome(store, current, got)
+        if got.comment and got.comment != seen["comment"] and on_comment is not None:
+            on_comment(got.comment)
+        seen["comment"] = got.comment
+        if got.never_runs:
+            raise NeverRuns(f"job {record.job_id} will never run: {got.comment}",
+                            hint=f"cancel it with `hpc-launch cancel {record.job_id}` and resubmit with fewer nodes or another queue")
+        return got.state
+
+    return state
+

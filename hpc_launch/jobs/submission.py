@@ -1,0 +1,85 @@
+"""Submitting one job (and the later links of its chain), and adopting one that has no record."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, List, Optional
+
+from .. import dialects, secrets
+from ..errors import SpecError
+from ..profiles import Profile
+from ..records import JobRecord, JobStore
+from ..transport.base import Transport
+from .groups import submit_link
+from .placing import NotRecorded, add_or_explain, discard, opened, placed, record_for, run_submit, signals_held, write
+
+if TYPE_CHECKING:
+    from ..prepare import Prepared
+
+
+def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store: Optional[JobStore] = None,
+           sleep: Callable[[float], None] = time.sleep,
+           on_recorded: Optional[Callable[[JobRecord], None]] = None) -> JobRecord:
+    """Write the script where it will run, submit it, record it. Returns the JobRecord.
+
+    `on_recorded` runs while interrupts are still held (the CLI prints the job id there)."""
+
+    job = prepared.job
+    profile = job.profile
+    dialect = dialects.get(profile.dialect)
+    store, transport, own_transport = opened(prepared, store, transport)
+    try:
+        workdir, script_path = placed(transport, prepared)
+        written: List[str] = []
+        # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
+        # the submit command runs without them, so no scheduler keeps a copy
+        secrets_path = secrets.path_for(script_path) if job.pass_env else None
+        try:
+            for local_path, relpath in prepared.uploads:
+                try:
+                    with open(local_path, encoding="utf-8") as fh:
+                        text = fh.read()
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise SpecError(f"--script {local_path}: cannot send it with the job ({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
+                                    hint="give a Python script, or the path of one already on the cluster") from None
+                write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
+            write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
+            if secrets_path:
+                written.append(secrets_path)  # first: a write that fails halfway is removed too
+                transport.put_private(secrets_path, secrets.encode(secrets.collect(job.pass_env)))
+            with signals_held() as caught:
+                job_id = run_submit(transport, prepared.script.submit_argv, workdir, dialect,
+                                    env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
+                record = record_for(profile, dialect, job_id=job_id, host=prepared.host, name=job.name, workdir=workdir,
+                                    script_path=script_path, submit_argv=prepared.script.submit_argv)
+                if job.chain > 1:
+                    record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
+                add_or_explain(store, record, prepared)
+                if on_recorded is not None:
+                    on_recorded(record)
+                previous = job_id
+                for link in range(2, job.chain + 1):
+                    written = []  # earlier links exist: a failure now leaves them, recorded
+                    previous = submit_link(transport, store, prepared, dialect, workdir, record, link, previous, sleep)
+        except NotRecorded:
+            raise
+        except BaseException:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
+            for path in reversed(written):
+                discard(transport, path)
+            raise
+        if caught:
+            raise KeyboardInterrupt  # after the record: the job is known, the interrupt still counts
+        return record
+    finally:
+        if own_transport:
+            transport.close()
+
+
+def adopt(store: JobStore, profile: Profile, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> JobRecord:
+    """Record a job that exists but has no record (the store failed, or a lost connection)."""
+    dialect = dialects.get(profile.dialect)
+    record = record_for(profile, dialect, job_id=job_id, host=host, name=name, workdir=workdir.rstrip("/"),
+                        script_path=script_path, submit_argv=[])
+    store.add(record)
+    return record
+
