@@ -6,7 +6,7 @@
 Starts --jobs real `sleep 600` processes from a path under `.../.hpc-launch/` (so the direct
 dialect's `ps` check recognises them as ours), records them in a throw-away job store
 (HPC_LAUNCH_STATE_DIR in a temp dir), then calls `jobs.refresh()` on the polling schedule a
-`status --watch` or a follower uses (`jobs.BACKOFF`: 1, 2, 4, 8, 16, then every 30 s).
+`status --watch` or a follower uses (`protocol.POLL`: 1 s, x1.5, at most every 10 s).
 Halfway through, --finish of the jobs are killed: each should cost one exit-file read, once.
 Every `LocalTransport.run` (a scheduler query) and `read_from` (an exit-file read) is counted.
 
@@ -129,6 +129,7 @@ def main() -> None:
     os.environ["HPC_LAUNCH_STATE_DIR"] = str(tmp / "state")
     os.environ["HPC_LAUNCH_CONFIG_DIR"] = str(tmp / "config")
     from hpc_launch import jobs as tracker
+    from hpc_launch.protocol import POLL
     from hpc_launch.records import JobStore
     from hpc_launch.transport import LocalTransport, open_transport
 
@@ -144,12 +145,14 @@ def main() -> None:
             print(f"  {n:4d} jobs: {runs} scheduler query per poll, {reads} exit-file reads, {running}/{n} seen running,"
                   f" refresh() {elapsed * 1000:.1f} ms   target 1 query: {'PASS' if runs == 1 else 'FAIL'}")
 
-        print(f"\n== polling {args.jobs} jobs for {args.duration:g} s on tracker.BACKOFF {tracker.BACKOFF} "
+        print(f"\n== polling {args.jobs} jobs for {args.duration:g} s on protocol.POLL (first {POLL.first:g} s, x{POLL.factor:g}, "
+              f"at most {POLL.most:g} s) "
               f"({args.finish} killed at {args.duration / 2:g} s)")
         procs = start_jobs(args.jobs, workdir)
         store = JobStore()
         record_jobs(store, procs, workdir, "local")
         polls, refresh_s, killed = 0, [], False
+        delays = POLL.delays()
         with Counting(LocalTransport) as c:
             start = time.monotonic()
             kill_at, end_at, next_poll = start + args.duration / 2, start + args.duration, start
@@ -170,7 +173,7 @@ def main() -> None:
                 tracker.refresh(store, active, transport_for)
                 refresh_s.append(time.perf_counter() - t0)
                 polls += 1
-                next_poll = now + tracker.BACKOFF[min(polls - 1, len(tracker.BACKOFF) - 1)]
+                next_poll = now + next(delays)
             elapsed = time.monotonic() - start
         states = Counter(r.state for r in store.list(cluster="local"))
         minutes = elapsed / 60
@@ -183,9 +186,8 @@ def main() -> None:
         print(f"  refresh() wall time per poll:        {1000 * sorted(refresh_s)[len(refresh_s) // 2]:8.1f} ms median, "
               f"{1000 * max(refresh_s):.1f} ms max")
         print(f"  final states: {dict(states)}")
-        steady = 60 / tracker.BACKOFF[-1]
-        print(f"  (steady state after {sum(tracker.BACKOFF[:-1]):g} s: one query every {tracker.BACKOFF[-1]:g} s = "
-              f"{steady:g} queries/minute, whatever the job count)")
+        steady = 60 / POLL.most
+        print(f"  (steady state: one query every {POLL.most:g} s = {steady:g} queries/minute, whatever the job count)")
     finally:
         stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional
 
 from .. import dialects, secrets
 from ..errors import HpcLaunchError, SchedulerError
-from ..protocol import CANCEL_CONFIRM_S
+from ..protocol import CANCEL_CONFIRM_S, CANCEL_POLL
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -53,7 +53,7 @@ def cancel(store: JobStore, record: JobRecord, transport: Transport, *, confirm_
     # a job cancelled before it started never read (and deleted) its --pass-env file
     discard(transport, secrets.path_for(record.script_path))
     deadline = time.monotonic() + confirm_s
-    delay = 0.5
+    delay = CANCEL_POLL.first
     while True:
         current = store.get(record.job_id, record.cluster)
         got = query(transport, [current])[record.job_id]
@@ -66,7 +66,7 @@ def cancel(store: JobStore, record: JobRecord, transport: Transport, *, confirm_
             return CancelResult(got.state, None, f"cancel of {record.job_id} requested; the scheduler still reports it "
                                                  f"{got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends")
         sleep(delay)
-        delay = min(delay * 2, 4.0)
+        delay = CANCEL_POLL.after(delay)
 
 
 def _ended_line(job_id: str, got: Outcome, verb: str) -> str:
@@ -96,7 +96,7 @@ def cancel_group(store: JobStore, records: List[JobRecord], transport_for: Trans
         if not outcome.sent and not outcome.already_ended:
             lines.append(f"could not cancel {target}: {outcome.message}")
     deadline = time.monotonic() + confirm_s
-    delay = 0.5
+    delay = CANCEL_POLL.first
     pending = active
     while pending:
         current = [store.get(r.job_id, r.cluster) for r in pending]  # with their cancel requests
@@ -104,7 +104,7 @@ def cancel_group(store: JobStore, records: List[JobRecord], transport_for: Trans
         if not pending or time.monotonic() >= deadline:
             break
         sleep(delay)
-        delay = min(delay * 2, 4.0)
+        delay = CANCEL_POLL.after(delay)
     for r in active:
         now = store.get(r.job_id, r.cluster)
         if JobState(now.state).terminal:

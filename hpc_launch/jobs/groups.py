@@ -31,7 +31,7 @@ def submit_link(transport: Transport, store: JobStore, prepared: "Prepared", dia
         transport.put_private(secrets.path_for(script_path), secrets.encode(secrets.collect(pass_env)))
     argv = script.held_submit_argv(previous)
     job_id = run_submit(transport, argv, workdir, dialect, env=secrets.submit_env(pass_env),
-                        script_relpath=script.script_relpath, sleep=sleep)
+                        script_relpath=script.script_relpath, script_text=script.text, sleep=sleep)
     record = record_for(prepared.job.profile, dialect, job_id=job_id, host=first.host, name=first.name, workdir=workdir,
                         script_path=script_path, submit_argv=argv)
     record.extra = {**record.extra, "chain": first.job_id, "link": link, "links": first.extra["links"]}
@@ -67,7 +67,7 @@ def submit_array(prepared: "Prepared", extras: List[dict], *, transport: Optiona
         try:
             write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
             with signals_held() as caught:
-                parent = run_submit(transport, prepared.script.submit_argv, workdir, dialect,
+                parent = run_submit(transport, prepared.script.submit_argv, workdir, dialect, script_text=prepared.script.text,
                                     script_relpath=prepared.script.script_relpath, sleep=sleep)
                 try:
                     tasks = dialect.array_task_ids(parent, len(extras))

@@ -62,16 +62,19 @@ def _find_submitted(dialect: Dialect, transport: Transport, cwd: str, script_rel
         return None
 
 
-def run_submit(transport: Transport, argv: List[str], cwd: str, dialect: Dialect, *, env: Optional[Mapping[str, Optional[str]]] = None, script_relpath: str = "",
+def run_submit(transport: Transport, argv: List[str], cwd: str, dialect: Dialect, *,
+               env: Optional[Mapping[str, Optional[str]]] = None, script_relpath: str = "", script_text: str = "",
                sleep: Callable[[float], None] = time.sleep) -> str:
     """Run the submit command and return the job id. A clear refusal is retried only when it says
-    "try later"; anything that may have created the job first asks the scheduler for it."""
+    "try later"; anything that may have created the job first asks the scheduler for it.
+    `script_text` goes on the command's stdin where the dialect takes the script that way."""
+    stdin = script_text if dialect.script_on_stdin else None
     delay = 1.0
     last_err = ""
     rc = 0
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         try:
-            result = transport.run(argv, cwd=cwd, env=env, timeout=120)
+            result = transport.run(argv, cwd=cwd, env=env, timeout=120, stdin=stdin)
         except TransportError as exc:
             if not getattr(exc, "maybe_ran", False):
                 raise

@@ -48,7 +48,7 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
                 written.append(secrets_path)  # first: a write that fails halfway is removed too
                 transport.put_private(secrets_path, secrets.encode(secrets.collect(job.pass_env)))
             with signals_held() as caught:
-                job_id = run_submit(transport, prepared.script.submit_argv, workdir, dialect,
+                job_id = run_submit(transport, prepared.script.submit_argv, workdir, dialect, script_text=prepared.script.text,
                                     env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
                 record = record_for(profile, dialect, job_id=job_id, host=prepared.host, name=job.name, workdir=workdir,
                                     script_path=script_path, submit_argv=prepared.script.submit_argv)
