@@ -50,6 +50,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         err(exc.one_line())
         sys.exit(exc.exit_code)
     except click_exc.UsageError as exc:
+        if not exc.format_message().strip():  # bare `hpc-launch`: the help was printed, nothing else to say
+            sys.exit(2)
         hint = f" (see `hpc-launch {exc.ctx.info_name if exc.ctx and exc.ctx.parent else ''} --help`)".replace("  ", " ")
         err(" ".join(exc.format_message().split()) + hint)
         sys.exit(2)

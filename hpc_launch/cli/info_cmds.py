@@ -13,15 +13,15 @@ from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_
 
 @app.command()
 def hostfile(
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="write here (atomically) instead of stdout"),
-    slots: Optional[int] = typer.Option(None, "--slots", "-s", help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
+    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="write here (atomically) instead of stdout"),
+    slots: Optional[int] = typer.Option(None, "--slots", metavar="N", help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
                                                                     "else as often as the node list names a host"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="take slots from this cluster profile"),
-    source: Optional[str] = typer.Option(None, "--from", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
-    nodefile: Optional[str] = typer.Option(None, "--nodefile", help="read this node file (one host per line)"),
-    hosts: Optional[str] = typer.Option(None, "--hosts", help="comma-separated hosts"),
-    include: Optional[str] = typer.Option(None, "--include", "-i", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"),
-    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", help="drop these hosts: host1@host2 (DeepSpeed syntax)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="take slots from this cluster profile"),
+    source: Optional[str] = typer.Option(None, "--from", metavar="SCHEDULER", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
+    nodefile: Optional[str] = typer.Option(None, "--nodefile", metavar="FILE", help="read this node file (one host per line)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="comma-separated hosts"),
+    include: Optional[str] = typer.Option(None, "--include", "-i", metavar="H1@H2", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"),
+    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", metavar="H1@H2", help="drop these hosts: host1@host2 (DeepSpeed syntax)"),
 ) -> None:
     """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
     from .. import hostfile as hf
@@ -42,9 +42,9 @@ def hostfile(
 @app.command()
 def announce(
     target: str = typer.Argument(..., metavar="HOST:PORT", help="the first pod and the job's --gather port"),
-    name: Optional[str] = typer.Option(None, "--name", help="this host's name as the job's --hosts lists it (default: hostname)"),
-    address: Optional[str] = typer.Option(None, "--address", help="the address the others reach this host at (default: the one that reaches HOST)"),
-    timeout: float = typer.Option(120.0, "--timeout", help="seconds to keep trying while the job has not started listening"),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="this host's name as the job's --hosts lists it (default: hostname)"),
+    address: Optional[str] = typer.Option(None, "--address", metavar="ADDR", help="the address the others reach this host at (default: the one that reaches HOST)"),
+    timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="seconds to keep trying while the job has not started listening"),
 ) -> None:
     """On a worker pod: tell a `--gather` job starting on HOST this pod's name and address."""
     from ..gather import Refused
@@ -79,7 +79,7 @@ def clusters_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json"
 
 @clusters_app.command("show")
 def clusters_show(name: str = typer.Argument(..., help="cluster name"),
-                  profile: Optional[str] = typer.Option(None, "--profile", help="an extra cluster profile YAML file, merged last")) -> None:
+                  profile: Optional[str] = typer.Option(None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last")) -> None:
     """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""
     from .. import profiles
 
@@ -88,11 +88,11 @@ def clusters_show(name: str = typer.Argument(..., help="cluster name"),
 
 @app.command()
 def plan(
-    model: str = typer.Option("resnet50", "--model", "-m", help="torchvision model name"),
-    cluster: str = typer.Option("abci", "--cluster", "-c", autocompletion=complete_clusters, help="cluster profile name"),
-    nodes: int = typer.Option(1, "--nodes", "-n", help="number of nodes"),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs per node (default: the queue's)"),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue / partition / resource type"),
+    model: str = typer.Option("resnet50", "--model", "-m", metavar="MODEL", help="torchvision model name"),
+    cluster: str = typer.Option("abci", "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name"),
+    nodes: int = typer.Option(1, "--nodes", "-n", metavar="N", help="number of nodes"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", metavar="N", help="GPUs per node (default: the queue's)"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"),
     json_: bool = typer.Option(False, "--json", help="the plan as JSON (keys: docs/commands.md)"),
 ) -> None:
     """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), and a recommendation."""

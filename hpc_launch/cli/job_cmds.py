@@ -17,7 +17,7 @@ def logs(
     follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
     summary: bool = typer.Option(False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"),
     show_all: bool = typer.Option(False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="when the id exists on several clusters"),
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .. import follow
@@ -49,7 +49,7 @@ def logs(
 @app.command()
 def status(
     job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)", autocompletion=complete_jobs),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
@@ -64,10 +64,10 @@ def status(
 
 @app.command("list")
 def list_jobs(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
     active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
     refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
-    limit: int = typer.Option(50, "--limit", "-l", help="at most this many jobs, newest first"),
+    limit: int = typer.Option(50, "--limit", "-l", metavar="N", help="at most this many jobs, newest first"),
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """The jobs hpc-launch has submitted, newest first."""
@@ -83,11 +83,11 @@ def list_jobs(
 @app.command()
 def adopt(
     job_id: str = typer.Argument(..., help="the scheduler's job id"),
-    cluster: str = typer.Option(..., "--cluster", "-c", autocompletion=complete_clusters),
-    workdir: str = typer.Option(..., "--workdir", help="the job's work dir (absolute, on the host that submitted it)"),
-    name: str = typer.Option("train", "--name", "-N", help="the job's name"),
-    script: str = typer.Option("", "--script", help="the job script's path (its name tells this job's files from an earlier job's)"),
-    login: Optional[str] = typer.Option(None, "--login", help="the SSH alias it was submitted through"),
+    cluster: str = typer.Option(..., "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
+    workdir: str = typer.Option(..., "--workdir", metavar="DIR", help="the job's work dir (absolute, on the host that submitted it)"),
+    name: str = typer.Option("train", "--name", "-N", metavar="NAME", help="the job's name"),
+    script: str = typer.Option("", "--script", metavar="FILE", help="the job script's path (its name tells this job's files from an earlier job's)"),
+    login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="the SSH alias it was submitted through"),
 ) -> None:
     """Record a job that exists but has no record (printed by submit when its store failed)."""
     from .. import profiles
@@ -103,7 +103,7 @@ def adopt(
 @app.command()
 def cancel(
     job_id: str = typer.Argument(..., help="job id, or a sweep's or a job array's id", autocompletion=complete_jobs),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
 ) -> None:
     """Cancel a job (qdel / scancel / kill of the local job's process group) and report how it ended."""
     from ..jobs import cancel_ident
@@ -115,7 +115,7 @@ def cancel(
 @app.command()
 def doctor(
     target: str = typer.Argument(..., help="job id (as printed by submit), or the path of a log file", autocompletion=complete_jobs),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="when the id exists on several clusters"),
 ) -> None:
     """Name the cause and the fix of a failed job, from its log, the scheduler's word and its exit status.
 
@@ -130,8 +130,8 @@ def doctor(
 @app.command()
 def report(
     job_ids: List[str] = typer.Argument(..., help="job ids, job arrays' ids or sweep ids", autocompletion=complete_jobs),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="the report's folder (default: ./report-FIRST_ID)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters),
+    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./report-FIRST_ID)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
 ) -> None:
     """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
     configuration; for one job also its loss and samples/s over steps (steps.png)."""

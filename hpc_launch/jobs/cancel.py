@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from .. import dialects, secrets
-from ..errors import HpcLaunchError, SchedulerError
+from ..errors import SchedulerError
 from ..protocol import CANCEL_CONFIRM_S, CANCEL_POLL
 from ..records import JobRecord, JobStore
 from ..states import JobState
@@ -122,7 +122,6 @@ def cancel_ident(store: JobStore, ident: str, cluster: Optional[str] = None,
     if target.group:
         return cancel_group(store, target.records, transport_for)
     record = target.records[0]
-    if JobState(record.state).terminal:
-        code = f", exit code {record.exit_code}" if record.exit_code is not None else ""
-        raise HpcLaunchError(f"job {record.job_id} already ended ({record.state}{code})")
+    if JobState(record.state).terminal:  # the same answer whether or not the record was refreshed
+        return [_ended_line(record.job_id, Outcome(JobState(record.state), record.exit_code, comment=record.comment), "had already ended")]
     return [cancel(store, record, transport_for(record.host)).message]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Callable, List, Optional
 
 from .. import dialects, secrets
+from ..dialects import Dialect
 from ..errors import SpecError
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
@@ -76,10 +78,31 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
 
 
 def adopt(store: JobStore, profile: Profile, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> JobRecord:
-    """Record a job that exists but has no record (the store failed, or a lost connection)."""
+    """Record a job that exists but has no record (the store failed, or a lost connection).
+    Every value is checked first: the record's ids and paths reach commands and file reads later."""
     dialect = dialects.get(profile.dialect)
+    _check_adopted(dialect, job_id=job_id, host=host, name=name, workdir=workdir, script_path=script_path)
     record = record_for(profile, dialect, job_id=job_id, host=host, name=name, workdir=workdir.rstrip("/"),
                         script_path=script_path, submit_argv=[])
     store.add(record)
     return record
 
+
+# A scheduler's job id: `123`, `123.server`, `123[4].server`, `123_4`; nothing a shell would read.
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\[\]-]{0,127}\Z")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}\Z")
+
+
+def _check_adopted(dialect: Dialect, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> None:
+    if not _JOB_ID.match(job_id or ""):
+        raise SpecError(f"{job_id!r} is not a job id", hint="give the id the scheduler printed, e.g. 12345 or 12345.server")
+    if not dialect.has_scheduler and (not job_id.isdigit() or int(job_id) < 2):
+        raise SpecError(f"{job_id!r} is not the id of a job on this machine",
+                        hint="a local job's id is the process id submit printed (a number above 1)")
+    if host.startswith("-") or any(c.isspace() for c in host):
+        raise SpecError(f"--login {host!r} is not an ssh host alias", hint="give the alias from ~/.ssh/config, e.g. abci")
+    if not _NAME.match(name or ""):
+        raise SpecError(f"job name {name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-'")
+    for what, path in (("--workdir", workdir), ("--script", script_path)):
+        if not path.startswith("/") or any(ord(c) < 32 for c in path):
+            raise SpecError(f"{what} {path!r} is not an absolute path", hint=f"give {what} as the absolute path on the host that submitted the job")

@@ -1,0 +1,86 @@
+"""The face as a newcomer meets it: help that says what each option takes, no empty errors, the
+same answer for the same question, and ids checked before they are recorded (issue 17)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from envutil import scheduler_env_cleared
+
+COMMANDS = ["submit", "sweep", "logs", "status", "list", "adopt", "cancel", "doctor", "report", "hostfile", "announce",
+            "plan", "completion", "clusters", "clusters show"]
+
+
+@pytest.fixture
+def env(tmp_path):
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"), HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), COLUMNS="200")
+    return env
+
+
+def _run(bin_path, *args, env, cwd=None):
+    return subprocess.run([bin_path, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+def test_bare_hpc_launch_prints_the_help_and_no_empty_error(hpc_launch_bin, env):
+    r = _run(hpc_launch_bin, env=env)
+    assert "Usage: hpc-launch" in r.stdout + r.stderr
+    assert "error" not in r.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_says_what_it_takes(hpc_launch_bin, env, command):
+    r = _run(hpc_launch_bin, *command.split(), "--help", env=env)
+    assert r.returncode == 0, r.stderr
+    options = [line for line in r.stdout.splitlines() if re.match(r"^│\s+(\*\s+)?--", line)]
+    assert options, r.stdout
+    for line in options:
+        assert "<str>" not in line and "<int>" not in line and "<float>" not in line, line
+        words = line.strip("│ ").split()
+        assert len(words) > 2, f"`{command}` option without help text: {line}"
+
+
+def test_a_short_option_means_one_thing_across_commands(hpc_launch_bin, env):
+    seen: dict = {}
+    for command in COMMANDS:
+        text = _run(hpc_launch_bin, *command.split(), "--help", env=env).stdout
+        for long_, short in re.findall(r"(--[a-z][a-z-]*)(?:,--[a-z-]+)?\s+(-[a-zA-Z])\b", text):
+            seen.setdefault(short, set()).add({"--output": "--out"}.get(long_, long_))  # both: where it writes
+    clashes = {s: sorted(longs) for s, longs in seen.items() if len(longs) > 1 and s != "-h"}
+    assert not clashes, clashes
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["adopt", "", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
+    (["adopt", "1;id", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
+    (["adopt", "$(reboot)", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
+    (["adopt", "0", "-c", "local", "--workdir", "/w"], "not the id of a job on this machine"),
+    (["adopt", "12", "-c", "slurm", "--workdir", "w/rel"], "not an absolute path"),
+    (["adopt", "12", "-c", "slurm", "--workdir", "/w", "--login", "-oProxyCommand=touch /tmp/x"], "not an ssh host alias"),
+])
+def test_adopt_checks_what_it_records(hpc_launch_bin, env, tmp_path, args, needle):
+    r = _run(hpc_launch_bin, *args, env=env)
+    assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    listed = _run(hpc_launch_bin, "list", "--json", env=env)
+    assert listed.stdout.strip() in ("[]", ""), listed.stdout
+
+
+def test_cancel_of_an_ended_job_answers_the_same_before_and_after_a_refresh(hpc_launch_bin, env, tmp_path):
+    script = tmp_path / "quick.py"
+    script.write_text("print('hi')\n")
+    r = _run(hpc_launch_bin, "submit", "--cluster", "local", "--script", str(script), "--gpus-per-node", "1",
+             env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    for _ in range(100):  # the job ends; the record does not know yet
+        if (tmp_path / f"train.o{job}.exitcode").exists():
+            break
+        time.sleep(0.1)
+    first = _run(hpc_launch_bin, "cancel", job, env=env)     # finds out the job ended
+    second = _run(hpc_launch_bin, "cancel", job, env=env)    # the record already says so
+    assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
+    assert "had already ended" in first.stderr and "had already ended" in second.stderr
