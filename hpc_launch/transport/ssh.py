@@ -210,8 +210,11 @@ class SSHTransport:
             with self._lock:
                 try:
                     if self._sftp is None:
-                        self._sftp = paramiko.SFTPClient.from_transport(self._transport())
-                        self._sftp.get_channel().settimeout(max(self.connect_timeout, 30.0))
+                        sftp = paramiko.SFTPClient.from_transport(self._transport())
+                        if sftp is None:  # the server refused the SFTP subsystem
+                            raise paramiko.SSHException("the server offers no SFTP")
+                        sftp.get_channel().settimeout(max(self.connect_timeout, 30.0))
+                        self._sftp = sftp
                     return op(self._sftp)
                 except (EOFError, paramiko.SSHException, OSError) as exc:
                     if (isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, socket.timeout))
