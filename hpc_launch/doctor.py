@@ -396,7 +396,7 @@ def examine(target: str, cluster: Optional[str] = None, *, on_note: Callable[[st
         except OSError:
             code = None
         return diagnose(text, exit_code=code)
-    from .follow import log_text_or_empty
+    from .jobs import log_text_or_empty
     from .jobs import refresh
     from .records import JobStore
     from .states import JobState

@@ -6,10 +6,10 @@ import sys
 from typing import List, Optional
 
 from .display import LogFilter, format_summary, summarise
-from .logs import LogTail, follow, read_exit_code
+from .logs import follow, read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
-from .jobs import state_poller, transport_for
+from .jobs import read_whole_log, state_poller, transport_for
 from .protocol import EXIT_SIGINT
 
 
@@ -119,25 +119,6 @@ def diagnosis_lines(log_text: str, rec: JobRecord, code: Optional[int]) -> List[
     from .doctor import diagnose, summary_lines
 
     return summary_lines(diagnose(log_text, exit_code=code, comment=rec.comment, state=rec.state))
-
-
-def read_whole_log(record: JobRecord) -> str:
-    transport = transport_for(record.host)
-    tail = LogTail(transport, record.log_path, record.script_name)
-    text, chunk = "", tail.read_new()
-    while chunk:
-        text += chunk
-        chunk = tail.read_new()
-    if not tail.exists:  # no file, or only an earlier job's lines in it
-        raise FileNotFoundError(record.log_path)
-    return text
-
-
-def log_text_or_empty(record: JobRecord) -> str:
-    try:
-        return read_whole_log(record)
-    except FileNotFoundError:
-        return ""
 
 
 def summary_of(record: JobRecord, store: Optional[JobStore] = None) -> str:

@@ -53,7 +53,7 @@ def configuration(log_text: str, point: Optional[dict]) -> str:
     if m:
         return f"zero={m.group(2)} offload={m.group(3) or '?'} precision={m.group(4)} micro_batch={m.group(5)}"
     if point:
-        from .sweep import label
+        from .plan import label
 
         return label({k: v for k, v in point.items() if k != "nodes"})
     return "?"
@@ -212,7 +212,7 @@ def rows_for(records, read_log) -> List[Row]:
 
 def write_for(records, out_dir: str, title: str) -> Tuple[List[str], List[str]]:
     """The report of ended jobs: (files written, notes for the user)."""
-    from .follow import log_text_or_empty
+    from .jobs import log_text_or_empty
 
     written = write(rows_for(records, log_text_or_empty), out_dir, title)
     notes = [] if any(p.endswith(".png") for p in written) else [MATPLOTLIB_MISSING]

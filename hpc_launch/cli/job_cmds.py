@@ -21,7 +21,7 @@ def logs(
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .. import follow
-    from ..jobs import lookup
+    from ..jobs import lookup, read_whole_log
     from ..records import JobStore
 
     store = JobStore()
@@ -39,7 +39,7 @@ def logs(
     if follow_:
         raise typer.Exit(follow.follow_chain(record, store=store, show_all=show_all))
     try:
-        text = follow.summary_of(record, store) if summary else follow.read_whole_log(record)
+        text = follow.summary_of(record, store) if summary else read_whole_log(record)
     except FileNotFoundError:
         raise HpcLaunchError(f"the log {record.log_path} does not exist yet (job {record.state})",
                              hint=f"`hpc-launch logs -f {job_id}` waits for it") from None

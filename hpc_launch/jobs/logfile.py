@@ -1,0 +1,26 @@
+"""A job's log as a whole: read once, wherever the job ran (following it is logs.py/follow.py)."""
+
+from __future__ import annotations
+
+from ..logs import LogTail
+from ..records import JobRecord
+from .connect import transport_for
+
+
+def read_whole_log(record: JobRecord) -> str:
+    transport = transport_for(record.host)
+    tail = LogTail(transport, record.log_path, record.script_name)
+    text, chunk = "", tail.read_new()
+    while chunk:
+        text += chunk
+        chunk = tail.read_new()
+    if not tail.exists:  # no file, or only an earlier job's lines in it
+        raise FileNotFoundError(record.log_path)
+    return text
+
+
+def log_text_or_empty(record: JobRecord) -> str:
+    try:
+        return read_whole_log(record)
+    except FileNotFoundError:
+        return ""
