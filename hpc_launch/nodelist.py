@@ -104,15 +104,32 @@ def _line_format(parts: List[str]) -> Tuple[str, int]:
     return "", 0
 
 
+# The common case, a node file of plain host names (PBS, Cobalt: every node of a 10,000-node job
+# once per rank), checked in one regex pass in C instead of a Python loop per line.
+_PLAIN_HOSTS = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*\n)*")
+
+
+def _one_host_per_line(distinct: "Counter[str]") -> "OrderedDict[str, int] | None":
+    """The counts when every line is one plain host name; None when any line needs a closer look."""
+    joined = "\n".join(distinct) + "\n"
+    if not _PLAIN_HOSTS.fullmatch(joined):
+        return None
+    return OrderedDict(distinct)
+
+
 def count_hosts(lines: Iterable[str], origin: str = "the node list") -> "OrderedDict[str, int]":
     """Hosts in first-seen order with their slots, read by content (see the module doc).
     One host per line: slots = how often the host appears (PBS: once per MPI rank)."""
     lines = list(lines)
-    counts: "OrderedDict[str, int]" = OrderedDict()
-    seen_format = ""
     # Each distinct line once (a PBS node file repeats every host once per rank): Counter keeps
     # first-seen order, so node order survives.
-    for line, times in Counter(lines).items():
+    distinct = Counter(lines)
+    fast = _one_host_per_line(distinct)
+    if fast is not None:
+        return fast
+    counts: "OrderedDict[str, int]" = OrderedDict()
+    seen_format = ""
+    for line, times in distinct.items():
         parts = line.split()
         if not parts or parts[0].startswith("#"):
             continue
