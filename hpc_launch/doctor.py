@@ -186,6 +186,13 @@ CAUSES: Tuple[Cause, ...] = (
         "ask for what the queue allows: fewer --nodes, a shorter --walltime or another --queue (`hpc-launch clusters show CLUSTER` lists each queue's limits)",
         "PBS Pro qsub (pbs_messages.c) and its scheduler's `Can Never Run` comment; Slurm sbatch (slurm_errno.c) and job reasons (job_state_reason.c); Grid Engine qsub"),
     Cause(
+        "node_failure", "a node failed under the job",
+        scheduler_words("node_failure"),
+        "the node {host} failed under the job[[ ({why})]]: the scheduler could not reach it, so the job's ranks there stopped",
+        "submit again (or let --chain's next link run): hpc-launch now keeps jobs on this cluster off {host} for a day "
+        "(`hpc-launch hosts` lists it, `hpc-launch hosts --forget {host}` clears it); tell the admins if it stays down",
+        "Slurm srun (src/api/step_launch.c: `Task launch for StepId ... failed on node`, `Node failure on`)"),
+    Cause(
         "wrong_interface", "ranks advertised a loopback address",
         (r"Gloo connectFullMesh failed with .*?remote=\[(?P<addr>127\.[\d.]+)\]",),
         "the ranks told each other a loopback address ({addr}): GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME name lo, or the hostname resolves to 127.0.1.1",

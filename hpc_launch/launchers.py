@@ -31,6 +31,8 @@ class Launcher:
     single_node: bool = False
     # Renders a per-local-rank CPU list (the profile's launch.cpu_bind).
     cpu_bind: bool = False
+    # Starts ranks on the hosts of the job's hostfile (not on every allocated node): --spares works.
+    places_by_hostfile: bool = True
 
     @property
     def template(self) -> str:
@@ -50,9 +52,10 @@ _LAUNCHERS: Dict[str, Launcher] = {entry.name: entry for entry in (
     Launcher("mpiexec", "MPICH/PALS mpiexec (Polaris), one rank per GPU", "PMI_RANK, PALS_LOCAL_RANKID", "mpiexec --envall", cpu_bind=True),
     Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)",
              "torchrun's RANK/LOCAL_RANK (node rank from OMPI_COMM_WORLD_RANK)", "mpirun -x NAME"),
-    Launcher("srun", "Slurm srun, one task per GPU", "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", "srun (whole environment)"),
+    Launcher("srun", "Slurm srun, one task per GPU", "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", "srun (whole environment)",
+             places_by_hostfile=False),
     Launcher("srun-torchrun", "srun one task per node, torchrun inside with a static rendezvous",
-             "torchrun's RANK/LOCAL_RANK (node rank from SLURM_NODEID)", "srun (whole environment)"),
+             "torchrun's RANK/LOCAL_RANK (node rank from SLURM_NODEID)", "srun (whole environment)", places_by_hostfile=False),
 )}
 
 

@@ -8,12 +8,16 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from . import dialects, profiles
+from .errors import HpcLaunchError
 from .protocol import LOCAL_HOST, SCRIPT_DIR, is_local
 from .render import JobScript, render
 from .spec import JobSpec, ResolvedJob, resolve
+
+if TYPE_CHECKING:
+    from .records import BadHost
 
 
 @dataclass
@@ -69,9 +73,34 @@ def job_workdir(spec: JobSpec, host: str, cwd: Optional[str]) -> str:
     return "~/" + workdir
 
 
-def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[str] = None, stamp: Optional[str] = None) -> Prepared:
+def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
+    """Hosts an earlier job on `cluster` found bad, not yet expired; none when no store exists yet
+    (a dry-run creates nothing)."""
+    from .records import JobStore, default_path
+
+    if not default_path().exists():
+        return []
+    try:
+        return JobStore().bad_hosts(cluster)
+    except HpcLaunchError:
+        return []  # a store that cannot be read here is reported where it must be written
+
+
+def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[str] = None, stamp: Optional[str] = None,
+            note: Callable[[str], Any] = lambda line: None) -> Prepared:
+    """`note(line)` hears what the user should know (hosts avoided, or that cannot be)."""
     profile = profiles.load(spec.cluster, profile_file=profile_file)
     host = choose_host(spec, profile)
+    bad = [b for b in remembered_bad_hosts(profile.name) if b.host not in (spec.exclude or [])]
+    if bad:
+        dialect = dialects.get(profile.dialect)
+        names = ", ".join(f"{b.host} ({b.reason}, job {b.job_id})" for b in bad)
+        if dialect.exclude_flags(["x"]) or not dialect.has_scheduler:
+            spec = replace(spec, exclude=list(spec.exclude or []) + [b.host for b in bad])
+            note(f"avoiding {len(bad)} host(s) an earlier job found bad: {names}; `hpc-launch hosts --forget` clears them")
+        else:
+            note(f"{profile.dialect} cannot exclude hosts, and earlier jobs found {names} bad: --spares K holds K extra "
+                 f"nodes and trains on those that pass the start-up check")
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
     uploads: Tuple[Tuple[str, str], ...] = ()
     script = spec.script

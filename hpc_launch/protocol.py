@@ -94,3 +94,61 @@ RECONNECT_GIVE_UP_S = 600.0  # ... this long before the follow gives up (the job
 # `cancel` waits this long for the scheduler to confirm the end (PBS kept a qdel'ed job R for 17 s)
 CANCEL_CONFIRM_S = 45.0
 CANCEL_POLL = Backoff(0.5, 2.0, 4.0)
+
+
+# ---- bad hosts ---------------------------------------------------------------------------------
+# A job that finds a host bad (its pre-flight check, the watchdog, the spares check) prints this
+# line; the launcher reads it from the log when the job ends and later jobs avoid the host.
+BAD_HOST_PREFIX = "[hpc-launch] bad host: "
+BAD_HOST_TTL_S = 24 * 3600.0  # a host is avoided this long after a job found it bad
+# ... and appends `HOST<TAB>REASON` to this file beside the log (the job script exports its path),
+# so the launcher reads a few bytes at the job's end instead of the whole log
+BAD_HOSTS_SUFFIX = ".badhosts"
+ENV_BAD_HOSTS = "HPC_LAUNCH_BAD_HOSTS"
+
+
+def bad_hosts_path_for(log_path: str) -> str:
+    return log_path + BAD_HOSTS_SUFFIX
+
+
+def report_bad_host(host: str, reason: str, env: "dict[str, str] | None" = None) -> str:
+    """Inside a job: say that `host` is bad (the line for the log, returned to print) and append it
+    to the job's bad-hosts file."""
+    import os
+
+    path = (env if env is not None else os.environ).get(ENV_BAD_HOSTS)
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(f"{host}\t{' '.join(reason.split())}\n")
+        except OSError:
+            pass  # the log line still says it
+    return bad_host_line(host, reason)
+
+
+def parse_bad_hosts_file(text: str) -> "dict[str, str]":
+    found: "dict[str, str]" = {}
+    for line in text.splitlines():
+        host, _, reason = line.partition("\t")
+        host = host.strip()
+        if host and " " not in host and len(host) < 256:
+            found[host] = reason.strip()[:300]
+    return found
+
+
+def bad_host_line(host: str, reason: str) -> str:
+    return f"{BAD_HOST_PREFIX}{host}: {' '.join(reason.split())}"
+
+
+def bad_hosts_in(log_text: str) -> "dict[str, str]":
+    """host -> reason for every bad-host line in a job's log (the last reason per host wins)."""
+    found: "dict[str, str]" = {}
+    for line in log_text.splitlines():
+        at = line.find(BAD_HOST_PREFIX)
+        if at < 0:
+            continue
+        host, _, reason = line[at + len(BAD_HOST_PREFIX):].partition(": ")
+        host = host.strip()
+        if host and " " not in host and len(host) < 256:
+            found[host] = reason.strip()[:300]
+    return found

@@ -11,6 +11,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -21,7 +22,7 @@ from hpc_launch.states import TERMINAL
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_S = 30.0
 _JSON_FIELDS = ("submit_argv", "extra")
 _KEY_FIELDS = ("cluster", "job_id")
@@ -48,9 +49,27 @@ class JobRecord:
     comment: str = ""              # the scheduler's latest word on the job (why it waits, how it ended)
 
     @property
+    def bad_hosts_path(self) -> str:
+        """Where the job lists hosts it found bad (beside the exit-code file: protocol.py)."""
+        from .protocol import EXIT_FILE_SUFFIX, bad_hosts_path_for
+
+        log = self.exit_path[: -len(EXIT_FILE_SUFFIX)] if self.exit_path.endswith(EXIT_FILE_SUFFIX) else self.exit_path
+        return bad_hosts_path_for(log)
+
+    @property
     def script_name(self) -> str:
         """The job script's file name: unique per submission (it carries a time stamp)."""
         return os.path.basename(self.script_path)
+
+
+@dataclass(frozen=True)
+class BadHost:
+    cluster: str
+    host: str
+    reason: str   # what the job that found it said: "preflight: eth0 has no IPv4 address", "hang", ...
+    job_id: str   # the job that found it
+    since: float
+    until: float  # forgotten after this (protocol.BAD_HOST_TTL_S)
 
 
 _COLUMNS = [f.name for f in fields(JobRecord)]
@@ -70,6 +89,14 @@ _MIGRATIONS = [
     CREATE INDEX jobs_by_id ON jobs (job_id);
     """,
     "ALTER TABLE jobs ADD COLUMN comment TEXT NOT NULL DEFAULT ''",
+    # hosts a job found bad (the gate, the watchdog, a lost node): later jobs avoid them until `until`
+    """
+    CREATE TABLE bad_hosts (
+        cluster TEXT NOT NULL, host TEXT NOT NULL, reason TEXT NOT NULL, job_id TEXT NOT NULL,
+        since REAL NOT NULL, until REAL NOT NULL,
+        PRIMARY KEY (cluster, host)
+    )
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -228,6 +255,38 @@ class JobStore:
             if cur.rowcount == 0:
                 raise JobNotFound(f"no record of job {job_id} on cluster {cluster}",
                                   hint="`hpc-launch list` shows the recorded jobs")
+
+    # ---- hosts found bad, remembered per cluster until they expire ---------------------------
+
+    def add_bad_hosts(self, cluster: str, reasons: "dict[str, str]", job_id: str, ttl_s: float) -> None:
+        """Remember `reasons` (host -> why) for `ttl_s`; a host seen bad again gets the new reason."""
+        now = time.time()
+        with self._write() as db:
+            for host, reason in reasons.items():
+                db.execute("INSERT OR REPLACE INTO bad_hosts (cluster, host, reason, job_id, since, until) VALUES (?, ?, ?, ?, ?, ?)",
+                           (cluster, host, reason, job_id, now, now + ttl_s))
+
+    def bad_hosts(self, cluster: Optional[str] = None) -> List["BadHost"]:
+        """The hosts still remembered as bad (expired ones are not), oldest first."""
+        sql = "SELECT cluster, host, reason, job_id, since, until FROM bad_hosts WHERE until > ?"
+        args: List[object] = [time.time()]
+        if cluster:
+            sql += " AND cluster = ?"
+            args.append(cluster)
+        with self._guard("read"), self._lock:
+            rows = self._db.execute(sql + " ORDER BY since", args).fetchall()
+        return [BadHost(*row) for row in rows]
+
+    def forget_bad_hosts(self, cluster: Optional[str] = None, hosts: Optional[List[str]] = None) -> int:
+        """Forget hosts (all of a cluster's, or those named); returns how many were forgotten."""
+        sql, args = "DELETE FROM bad_hosts WHERE 1=1", []
+        if cluster:
+            sql, args = sql + " AND cluster = ?", [cluster]
+        if hosts:
+            sql += f" AND host IN ({', '.join('?' for _ in hosts)})"
+            args += list(hosts)
+        with self._write() as db:
+            return db.execute(sql, args).rowcount
 
     def close(self) -> None:
         with self._lock:

@@ -165,7 +165,10 @@ def submit_flags(job: ResolvedJob) -> List[str]:
     flags: List[str] = []
     if job.group and p.group.where == "submit":
         flags += shlex.split(fill(p.group.flag, job.placeholders()))
-    return flags + dialects.get(p.dialect).submit_flags(job.name)
+    dialect = dialects.get(p.dialect)
+    # hosts the job must avoid ride on the command line, not in the script: a chain's later link
+    # or a resubmission can avoid hosts found bad after this script was written
+    return flags + dialect.submit_flags(job.name) + dialect.exclude_flags(job.exclude)
 
 
 def _render_template(name: str, context: dict) -> str:
@@ -216,7 +219,8 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
     # names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)
-    ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR") if k not in job.env]
+    ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR", protocol.ENV_BAD_HOSTS)
+                                         if k not in job.env]
     context = dict(
         proto=protocol,  # the job protocol: exit codes and file names, shared with the code that reads them
         version=__version__,

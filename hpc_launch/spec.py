@@ -52,6 +52,8 @@ class JobSpec:
     stop_before: Optional[str] = None  # checkpoint and stop this long before the walltime (default: a tenth, 30 s to 5 min)
     chain: int = 1  # N dependent jobs, each resuming from the newest complete checkpoint
     gather: Optional[int] = None  # pods: a port where the other hosts announce their addresses at start-up
+    exclude: List[str] = field(default_factory=list)  # hosts the job must not run on (the user's, and those remembered as bad)
+    spares: int = 0  # nodes held beyond --nodes: the job trains on the first --nodes that pass its start-up check
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -106,6 +108,13 @@ class ResolvedJob:
     pass_env: List[str] = field(default_factory=list)
     stop_before_s: int = 0  # 0: no deadline (no scheduler, no walltime)
     chain: int = 1
+    exclude: List[str] = field(default_factory=list)  # kept off by the scheduler (dialect.exclude_flags), or dropped from --hosts
+    spares: int = 0  # allocated beyond `nodes`; the job script keeps the first `nodes` that pass its check
+
+    @property
+    def alloc_nodes(self) -> int:
+        """Nodes asked of the scheduler: the training's and its spares."""
+        return self.nodes + self.spares
 
     @property
     def world_size(self) -> int:
@@ -118,7 +127,7 @@ class ResolvedJob:
     def placeholders(self) -> Dict[str, Any]:
         """A value for each of protocol.PLACEHOLDERS (the names a profile may use), no other."""
         values = {
-            "nodes": self.nodes, "queue": self.queue or "", "walltime": self.walltime,
+            "nodes": self.alloc_nodes, "queue": self.queue or "", "walltime": self.walltime,
             "walltime_minutes": minutes(self.walltime_s), "group": self.group or "", "name": self.name,
             "gpus_per_node": self.gpus_per_node, "procs_per_node": self.procs_per_node,
             "world_size": self.world_size, "workdir": self.workdir,
@@ -165,6 +174,9 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     where = f"on {p.name}"
     dialect = dialects.get(p.dialect)
     launcher = launchers.get(p.launch.launcher)
+    if spec.exclude and not dialect.has_scheduler:  # no scheduler: the host list itself leaves them out
+        listed = spec.hosts if spec.hosts is not None else p.hosts
+        spec = replace(spec, hosts=[h for h in listed if h not in spec.exclude])
 
     if not _NAME.match(spec.name or ""):
         raise SpecError(f"job name {spec.name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-' (at most 63)")
@@ -267,6 +279,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     hosts = list(spec.hosts if spec.hosts is not None else p.hosts)
     for host in hosts:
         _check_token(host, "host", "hosts are names or IP addresses")
+    exclude, spares = _avoidance(spec, dialect, launcher, hosts)
     if spec.gather is not None:  # the other hosts announce their addresses when the job starts (hpc_launch/gather.py)
         if dialect.has_scheduler or not launcher.over_ssh:
             raise SpecError(f"--gather is for machines with no scheduler reached over ssh; {p.name} finds its nodes itself", hint="drop --gather, or use --cluster pods")
@@ -296,7 +309,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     if _CONTROL.search(workdir):
         raise SpecError("the work directory path contains a newline or control character", hint="run from, or pass --workdir, a plain path")
 
-    site_rules.check(p, queue=queue_name, nodes=spec.nodes, walltime_s=walltime_s, procs_per_node=procs)
+    site_rules.check(p, queue=queue_name, nodes=spec.nodes + spares, walltime_s=walltime_s, procs_per_node=procs)
 
     venv = spec.venv or p.python.venv
     if venv == "auto":
@@ -311,7 +324,32 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         group=group, gpus_per_node=gpus, procs_per_node=procs, workdir=workdir, modules=modules, env=env,
         train_args=train_args, script=spec.script, hosts=hosts, venv=venv, conda=conda,
         login=login, pass_env=pass_env, stop_before_s=stop_before_s, chain=spec.chain,
+        exclude=exclude if dialect.has_scheduler else [], spares=spares,
     )
+
+
+MAX_SPARES = 64
+
+
+def _avoidance(spec: JobSpec, dialect, launcher, hosts: List[str]) -> "tuple[List[str], int]":
+    """The hosts to keep the job off and the spare nodes to hold, checked."""
+    exclude: List[str] = []
+    for host in spec.exclude or []:
+        _check_token(host, "--exclude host", "give host names as the scheduler names them")
+        if host not in exclude:
+            exclude.append(host)
+    if exclude and dialect.has_scheduler and not dialect.exclude_flags(exclude):
+        raise SpecError(f"{dialect.title} cannot keep a job off named hosts (--exclude {','.join(exclude)})",
+                        hint="hold spare nodes instead: --spares K trains on the --nodes that pass the start-up check")
+    spares = spec.spares or 0
+    if isinstance(spares, bool) or not isinstance(spares, int) or not 0 <= spares <= MAX_SPARES:
+        raise SpecError(f"--spares must be a whole number from 0 to {MAX_SPARES}, not {spares!r}")
+    if spares and not dialect.has_scheduler:
+        raise SpecError("--spares needs a scheduler that allocates the nodes", hint="on pods list more --hosts than --nodes: the job uses the first that answer")
+    if spares and not launcher.places_by_hostfile:
+        raise SpecError(f"--spares: the {launcher.name} launcher places ranks on every allocated node, not on a chosen few",
+                        hint="this scheduler can exclude hosts instead: --exclude HOST (and hosts found bad are excluded by themselves)")
+    return exclude, spares
 
 
 def _running_venv() -> Optional[str]:

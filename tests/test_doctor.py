@@ -26,6 +26,8 @@ def _never_runs_comment() -> str:
 
 # (fixture or text, cause key, facts, a piece of the evidence line, the line number or None)
 CASES = [
+    ("slurm-task-launch-failed.log", "node_failure", {"exit_code": 1, "state": "failed"},
+     "srun: error: Task launch for StepId=15.0 failed on node pod3: Communication connection failure", None),
     ("hpc-launch-nodes.log", "hpc_launch_nodes", {"exit_code": 3}, "node list has 1 distinct host(s) but the job asked for 2", 2),
     ("hpc-launch-net-if.log", "hpc_launch_net_if", {"exit_code": 3}, "network interface ib0 (profile key net_if)", 4),
     ("hpc-launch-not-installed.log", "hpc_launch_not_installed", {"exit_code": 3}, "is not installed in the job's Python environment", 5),

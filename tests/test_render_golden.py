@@ -31,6 +31,8 @@ CASES = {
     "aurora": JobSpec(cluster="aurora", nodes=2, group="datascience", walltime="30m", venv="/flare/datascience/venvs/ds"),
     "perlmutter": JobSpec(cluster="perlmutter", nodes=2, group="m1234_g", queue="regular", walltime="2h", venv="/global/common/software/m1234/venv"),
     "frontier": JobSpec(cluster="frontier", nodes=2, group="abc123", venv="/lustre/orion/abc123/proj-shared/venvs/ds"),
+    # PBS cannot exclude hosts: one spare node, the job trains on the two that pass its check
+    "polaris-spares": JobSpec(cluster="polaris", nodes=2, spares=1, group="datascience", walltime="30m"),
 }
 
 
@@ -42,7 +44,7 @@ def _render(name: str) -> str:
 
 
 def test_every_shipped_profile_has_a_golden_case():
-    assert sorted(CASES) == profiles.available()
+    assert sorted({CASES[name].cluster for name in CASES}) == profiles.available()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -3,7 +3,7 @@ No transport, no file parsing, no orchestration lives here (docs/architecture.md
 
   app          the typer apps, option parsing shared by commands, printing
   submit_cmds  submit, sweep
-  job_cmds     logs, status, list, adopt, cancel, doctor, report
+  job_cmds     logs, status, list, adopt, cancel, doctor, report, hosts
   info_cmds    hostfile, announce, clusters, plan, completion
 """
 

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import HpcLaunchError
-from .app import app, complete_clusters, complete_jobs, say, show_jobs
+from .app import app, complete_clusters, complete_jobs, print_json, print_table, say, show_jobs
 
 
 @app.command()
@@ -141,3 +141,32 @@ def report(
     for note in notes:
         say(note)
     say("report: " + ", ".join(written))
+
+
+@app.command()
+def hosts(
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="only this cluster's hosts"),
+    forget: bool = typer.Option(False, "--forget", help="forget them (all, or the HOSTS named): later jobs may run there again"),
+    names: List[str] = typer.Argument(None, help="with --forget: only these hosts"),
+    json_: bool = typer.Option(False, "--json", help="the list as JSON (keys: cluster, host, reason, job_id, since, until)"),
+) -> None:
+    """Hosts that jobs found bad (start-up check, watchdog, node failure), avoided until they expire."""
+    import dataclasses
+
+    from ..records import JobStore
+
+    store = JobStore()
+    if forget:
+        say(f"forgot {store.forget_bad_hosts(cluster, names or None)} host(s)")
+        return
+    found = store.bad_hosts(cluster)
+    if json_:
+        print_json([dataclasses.asdict(b) for b in found])
+        return
+    import time
+
+    def when(t: float) -> str:
+        return time.strftime("%m-%d %H:%M", time.localtime(t))
+
+    print_table(("cluster", "host", "why", "found by job", "since", "avoided until"),
+                [(b.cluster, b.host, b.reason, b.job_id, when(b.since), when(b.until)) for b in found])

@@ -40,6 +40,10 @@ def submit(
                                                                           "(default: a tenth of it, 30 s to 5 min)"),
     chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs, each resuming from the newest checkpoint "
                                                               "(for trainings longer than a walltime)"),
+    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", metavar="HOSTS",
+                                          help="keep the job off these hosts (comma-separated or a hostlist); hosts a job found bad are added by themselves"),
+    spares: Optional[int] = typer.Option(None, "--spares", metavar="K", help="hold K extra nodes and train on the first --nodes that pass the "
+                                                                             "start-up check (for schedulers that cannot exclude hosts, e.g. PBS)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"),
     follow: bool = typer.Option(False, "--follow", "-f", help="follow the log until the job ends; exit with its exit code"),
     show_all: bool = typer.Option(False, "--all", "-a", help="with --follow: every line, the frameworks' chatter too (the log file always has it)"),
@@ -53,9 +57,9 @@ def submit(
         group=group, name=name, modules=split_list(modules), env=parse_env(env), script=script,
         train_args=split_args(train_args), directives=list(directive),
         hosts=expand_hosts(hosts), workdir=workdir, venv=venv, login=login, pass_env=list(pass_env),
-        stop_before=stop_before, chain=chain, gather=gather,
+        stop_before=stop_before, chain=chain, gather=gather, exclude=expand_hosts(exclude), spares=spares,
     ))
-    prepared = prepare(spec, profile_file=profile)
+    prepared = prepare(spec, profile_file=profile, note=say)
     if dry_run:
         sys.stdout.write(prepared.script.text)
         sys.stdout.flush()

@@ -172,6 +172,16 @@ class Dialect:
         connection). None: no such job, or this scheduler cannot tell."""
         return None
 
+    def exclude_flags(self, hosts: Sequence[str]) -> List[str]:
+        """Submit flags that keep the job off `hosts`; [] when the scheduler cannot say it (PBS
+        Professional's select has no host exclusion: there, --spares)."""
+        return []
+
+    def exclude_pending_argv(self, job_id: str, hosts: Sequence[str]) -> Optional[List[str]]:
+        """A command that keeps a job that has not started yet off `hosts` (the later links of a
+        chain, once an earlier one found them bad); None when the scheduler cannot change it."""
+        return None
+
     def depend_flags(self, job_id: str) -> List[str]:
         """Submit flags that hold a job until `job_id` has ended, however it ended (chains)."""
         raise NotImplementedError(f"{self.name} cannot hold a job for another")

@@ -198,6 +198,10 @@ class GridEngine(Dialect):
     def cancel_argv(self, job_id: str) -> List[str]:
         return ["qdel", job_id]
 
+    def exclude_flags(self, hosts: Sequence[str]) -> List[str]:
+        # a hard request on the host name: sge_types(1) wildcard expressions allow `!` and `|`
+        return ["-l", f"h=!({'|'.join(hosts)})"] if hosts else []
+
     def depend_flags(self, job_id: str):
         return ["-hold_jid", job_id]
 

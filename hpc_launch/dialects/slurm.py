@@ -107,6 +107,10 @@ class Slurm(Dialect):
     # reasons (job_state_reason.c), sbatch's refusals (slurm_errno.c)
     failure_wording = {
         "walltime": (r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*",),
+        # srun (src/api/step_launch.c): a node of the step died under it, or could not be reached
+        # when the step started (recorded on the testbed: tests/golden/doctor/slurm-task-launch-failed.log)
+        "node_failure": (r"srun: error: Node failure on (?P<host>[\w.-]+)",
+                         r"srun: error: Task launch for StepId=\S+ failed on node (?P<host>[\w.-]+): (?P<why>.*?)\s*$"),
         "host_oom": (r"Detected \d+ oom[-_]kill event", r"OUT_OF_MEMORY", r": task \d+: Out Of Memory"),
         "queue_limit": (
             # the limit's name beats sbatch's generic refusal
@@ -221,6 +225,13 @@ class Slurm(Dialect):
         # -v makes it say so (`Kill job error on job id N: Job/step already completing or
         # completed`, `... Invalid job id specified`), still with exit status 0.
         return ["scancel", "-v", job_id]
+
+    def exclude_flags(self, hosts: Sequence[str]) -> List[str]:
+        return [f"--exclude={','.join(hosts)}"] if hosts else []  # sbatch(1) -x, --exclude=<node_name_list>
+
+    def exclude_pending_argv(self, job_id: str, hosts: Sequence[str]) -> Optional[List[str]]:
+        # scontrol(1) update: ExcNodeList of a pending job (replaces the list: give all of them)
+        return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(hosts)}"] if hosts else None
 
     def depend_flags(self, job_id: str):
         return [f"--dependency=afterany:{job_id}"]

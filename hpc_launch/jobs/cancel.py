@@ -39,7 +39,7 @@ def cancel(store: JobStore, record: JobRecord, transport: Transport, *, confirm_
     run = runner(transport, record)
     before = query(transport, [record])[record.job_id]
     if before.state.terminal:
-        store_outcome(store, record, before)
+        store_outcome(store, record, before, transport)
         return CancelResult(before.state, before.exit_code, _ended_line(record.job_id, before, "had already ended"))
     extra = dict(record.extra or {})
     extra["cancel_requested_at"] = time.time()
@@ -57,7 +57,7 @@ def cancel(store: JobStore, record: JobRecord, transport: Transport, *, confirm_
     while True:
         current = store.get(record.job_id, record.cluster)
         got = query(transport, [current])[record.job_id]
-        store_outcome(store, current, got)
+        store_outcome(store, current, got, transport)
         if got.state.terminal:
             if outcome.already_ended and got.state != JobState.CANCELLED:
                 return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "had already ended"))

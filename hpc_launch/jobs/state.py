@@ -16,6 +16,7 @@ failure, not a cancel.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -24,7 +25,7 @@ from .. import dialects
 from ..dialects import Dialect, StatusInfo
 from ..errors import HpcLaunchError
 from ..logs import read_exit_code
-from ..protocol import EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST
+from ..protocol import BAD_HOST_TTL_S, EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST, parse_bad_hosts_file
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -126,8 +127,16 @@ def _log_tail(transport: Transport, rec: JobRecord, size: int = 16384) -> str:
         return ""
 
 
-def store_outcome(store: JobStore, rec: JobRecord, got: Outcome) -> None:
+def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Optional[Transport] = None) -> None:
+    """Record what the scheduler said; when the job has just ended, also the hosts it found bad
+    (remembered for the cluster, so later jobs avoid them)."""
     fields: dict = {"state": got.state.value}
+    if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
+        bad = bad_hosts_of(transport, rec, got)
+        if bad:
+            store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
+            fields["extra"] = {**(rec.extra or {}), "bad_hosts": bad}
+            avoid_in_later_links(store, rec, transport)
     if got.exit_code is not None:
         fields["exit_code"] = got.exit_code
     if got.comment != rec.comment:
@@ -135,6 +144,45 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome) -> None:
     if got.state.terminal and rec.end_time is None:
         fields["end_time"] = time.time()
     store.update(rec.cluster, rec.job_id, **fields)
+
+
+def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str, str]:
+    """host -> reason: what the job's own checks wrote (its bad-hosts file) and, for a failure,
+    the scheduler's word in the log naming a node that failed (the dialect's `node_failure`)."""
+    bad: Dict[str, str] = {}
+    try:
+        data = transport.read_from(rec.bad_hosts_path, 0, 65536)
+        bad.update(parse_bad_hosts_file(data.decode("utf-8", "replace")))
+    except (OSError, HpcLaunchError):
+        pass
+    patterns = dialects.get(rec.dialect).failure_wording.get("node_failure", ())
+    if got.state == JobState.FAILED and patterns:
+        tail = _log_tail(transport, rec)
+        for pattern in patterns:
+            for m in re.finditer(pattern, tail, re.M):
+                bad.setdefault(m.group("host"), f"node failure: {m.group(0).strip()[:200]}")
+    return bad
+
+
+def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) -> List[str]:
+    """Keep the chain's links that have not started off every host remembered as bad, where the
+    scheduler can change a pending job (Slurm). Returns the ids of the links changed."""
+    chain = (rec.extra or {}).get("chain")
+    dialect = dialects.get(rec.dialect)
+    hosts = sorted({b.host for b in store.bad_hosts(rec.cluster)})
+    if not chain or not hosts or dialect.exclude_pending_argv("x", hosts) is None:
+        return []
+    changed = []
+    for later in store.list(cluster=rec.cluster, limit=10000):
+        extra = later.extra or {}
+        if extra.get("chain") == chain and extra.get("link", 0) > (rec.extra or {}).get("link", 0) \
+                and JobState(later.state) == JobState.QUEUED:
+            argv = dialect.exclude_pending_argv(later.job_id, hosts)
+            result = runner(transport, later)(argv or [])
+            if result.rc == 0:
+                changed.append(later.job_id)
+                store.update(later.cluster, later.job_id, extra={**extra, "excluded": hosts})
+    return changed
 
 
 def refresh_is_cheap(rec: JobRecord) -> bool:
@@ -154,7 +202,7 @@ def refresh(store: JobStore, records: Iterable[JobRecord], transport_for: Transp
         transport = transport_for(host)
         answers = query(transport, recs)
         for rec in recs:
-            store_outcome(store, rec, answers[rec.job_id])
+            store_outcome(store, rec, answers[rec.job_id], transport)
     return [store.get(r.job_id, r.cluster) for r in (records if keep is None else keep)]
 
 
@@ -175,7 +223,7 @@ def state_poller(transport: Transport, record: JobRecord, store: Optional[JobSto
         current = store.get(record.job_id, record.cluster) if store else record
         got = query(transport, [current])[record.job_id]
         if store is not None:
-            store_outcome(store, current, got)
+            store_outcome(store, current, got, transport)
         if got.comment and got.comment != seen["comment"] and on_comment is not None:
             on_comment(got.comment)
         seen["comment"] = got.comment

@@ -30,6 +30,10 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
+# Hosts this job finds bad (its checks append `HOST<TAB>REASON`); later jobs avoid them.
+HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
+export HPC_LAUNCH_BAD_HOSTS
+rm -f "$HPC_LAUNCH_BAD_HOSTS"
 echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 9 node(s) x 8 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
@@ -87,5 +91,5 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 
 # --- launch: Open MPI, one rank per GPU; the entrypoint maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE/LOCAL_RANK ---
 mpirun -np "$WORLD_SIZE" --npernode 8 -hostfile "$HOSTFILE" \
-  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR \
+  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS \
   -bind-to none -map-by slot -mca pml ob1 -mca btl self,tcp -mca btl_tcp_if_include bond0 python -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200

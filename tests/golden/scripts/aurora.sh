@@ -31,6 +31,10 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
+# Hosts this job finds bad (its checks append `HOST<TAB>REASON`); later jobs avoid them.
+HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
+export HPC_LAUNCH_BAD_HOSTS
+rm -f "$HPC_LAUNCH_BAD_HOSTS"
 echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 12 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 
 # --- python environment ---

@@ -31,6 +31,10 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
+# Hosts this job finds bad (its checks append `HOST<TAB>REASON`); later jobs avoid them.
+HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
+export HPC_LAUNCH_BAD_HOSTS
+rm -f "$HPC_LAUNCH_BAD_HOSTS"
 echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 1 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
@@ -88,6 +92,6 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 # --- launch: mpirun starts one torchrun per node (static rendezvous: no hostname lookups) ---
 # shellcheck disable=SC2016  # $OMPI_COMM_WORLD_RANK must expand on each node, not here
 mpirun -np "$NNODES" --map-by ppr:1:node -hostfile "$HOSTFILE" \
-  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR \
+  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS \
   bash -c 'exec torchrun --nnodes "$1" --nproc_per_node "$2" --node_rank "$OMPI_COMM_WORLD_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${@:3}"' \
   torchrun-node "$NNODES" 1 "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200

@@ -27,6 +27,10 @@ HPC_LAUNCH_STOP="$WORKDIR/.hpc-launch/stop.$JOB_NUM"
 HPC_LAUNCH_CHECKPOINT_DIR=""
 export HPC_LAUNCH_DEADLINE HPC_LAUNCH_STOP HPC_LAUNCH_CHECKPOINT_DIR
 rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is not this job's
+# Hosts this job finds bad (its checks append `HOST<TAB>REASON`); later jobs avoid them.
+HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
+export HPC_LAUNCH_BAD_HOSTS
+rm -f "$HPC_LAUNCH_BAD_HOSTS"
 echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 4 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 
 # --- modules ---
@@ -89,6 +93,7 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   printf '%s=%s\n' HPC_LAUNCH_DEADLINE "$HPC_LAUNCH_DEADLINE"
   printf '%s=%s\n' HPC_LAUNCH_STOP "$HPC_LAUNCH_STOP"
   printf '%s=%s\n' HPC_LAUNCH_CHECKPOINT_DIR "$HPC_LAUNCH_CHECKPOINT_DIR"
+  printf '%s=%s\n' HPC_LAUNCH_BAD_HOSTS "$HPC_LAUNCH_BAD_HOSTS"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
 deepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 64 --steps 200

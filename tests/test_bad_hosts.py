@@ -1,0 +1,160 @@
+"""Bad hosts are named and avoided (issue 16): remembered per cluster with an expiry, excluded by
+the schedulers that can say it (Slurm --exclude, Grid Engine's host request, the pods' list),
+spare nodes where they cannot (PBS), and found from the job's own report or the scheduler's
+words when the job ends."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from hpc_launch import profiles, protocol
+from hpc_launch.errors import SpecError
+from hpc_launch.jobs.state import Outcome, store_outcome
+from hpc_launch.prepare import prepare
+from hpc_launch.records import JobRecord, JobStore
+from hpc_launch.render import render
+from hpc_launch.spec import JobSpec, resolve
+from hpc_launch.states import JobState
+from hpc_launch.transport import LocalTransport
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPC_LAUNCH_STATE_DIR", str(tmp_path / "state"))
+    return JobStore()
+
+
+def test_the_store_remembers_bad_hosts_per_cluster_until_they_expire(store):
+    store.add_bad_hosts("slurm", {"n3": "hang", "n4": "preflight: eth0 down"}, "12", ttl_s=3600)
+    store.add_bad_hosts("abci", {"a1": "node failure"}, "7", ttl_s=-1)  # already expired
+    assert {b.host for b in store.bad_hosts("slurm")} == {"n3", "n4"}
+    assert store.bad_hosts("abci") == []
+    store.add_bad_hosts("slurm", {"n3": "straggler"}, "13", ttl_s=3600)  # seen again: the new word
+    assert {b.host: b.reason for b in store.bad_hosts("slurm")}["n3"] == "straggler"
+    assert store.forget_bad_hosts("slurm", ["n3"]) == 1
+    assert [b.host for b in store.bad_hosts()] == ["n4"]
+
+
+@pytest.mark.parametrize("cluster, words", [
+    ("slurm", ["--exclude=n3"]),
+    ("abci2", ["-l", "h=!(n3)"]),
+])
+def test_a_remembered_bad_host_is_excluded_at_submission(store, cluster, words):
+    store.add_bad_hosts(cluster, {"n3": "hang"}, "12", ttl_s=3600)
+    notes: list = []
+    prepared = prepare(JobSpec(cluster=cluster, nodes=2, group="g", login="local", workdir="/w"), note=notes.append)
+    argv = prepared.script.submit_argv
+    assert argv[-1].endswith(".sh")
+    at = argv.index(words[0])
+    assert argv[at:at + len(words)] == words
+    assert notes and "n3 (hang, job 12)" in notes[0] and "hosts --forget" in notes[0]
+    # a chain's later link is held by the dialect and keeps the exclusion
+    assert words[0] in prepared.script.link(2).held_submit_argv("41")
+
+
+def test_pbs_cannot_exclude_so_it_says_spares(store):
+    store.add_bad_hosts("abci", {"a7": "hang"}, "12", ttl_s=3600)
+    notes: list = []
+    prepared = prepare(JobSpec(cluster="abci", nodes=2, group="g", login="local", workdir="/w"), note=notes.append)
+    assert "a7" not in " ".join(prepared.script.submit_argv)
+    assert "--spares" in notes[0]
+    with pytest.raises(SpecError, match="cannot keep a job off named hosts"):
+        prepare(JobSpec(cluster="abci", nodes=2, group="g", login="local", workdir="/w", exclude=["a7"]))
+
+
+def test_pods_drop_an_excluded_host_from_their_list(store):
+    store.add_bad_hosts("pods", {"pod2": "preflight: eth0 has no address"}, "5", ttl_s=3600)
+    prepared = prepare(JobSpec(cluster="pods", hosts=["pod1", "pod2", "pod3"], login="local", workdir="/w"))
+    assert prepared.job.hosts == ["pod1", "pod3"] and prepared.job.nodes == 2
+
+
+def test_spares_are_allocated_and_checked_against_the_queue(store):
+    job = prepare(JobSpec(cluster="abci", nodes=2, spares=1, group="g", login="local", workdir="/w")).job
+    assert job.nodes == 2 and job.alloc_nodes == 3 and job.world_size == 2 * job.procs_per_node
+    assert "select=3:" in render(job, stamp="s").text
+    with pytest.raises(SpecError, match="srun launcher places ranks on every allocated node"):
+        prepare(JobSpec(cluster="slurm", nodes=2, spares=1, login="local", workdir="/w"))
+    with pytest.raises(SpecError, match="--spares must be a whole number"):
+        prepare(JobSpec(cluster="abci", nodes=2, spares=-1, group="g", login="local", workdir="/w"))
+
+
+def _record(tmp: Path, dialect: str = "slurm") -> JobRecord:
+    log = tmp / "train.o9"
+    return JobRecord(job_id="9", cluster="slurm", dialect=dialect, host="localhost", name="train", workdir=str(tmp),
+                     script_path=str(tmp / ".hpc-launch" / "train-1.sh"), log_path=str(log), exit_path=str(log) + ".exitcode",
+                     submit_time=time.time(), state="running")
+
+
+def test_the_hosts_a_job_reported_are_remembered_when_it_ends(store, tmp_path):
+    rec = _record(tmp_path)
+    store.add(rec)
+    line = protocol.report_bad_host("n2", "preflight: eth0 has no IPv4 address", env={protocol.ENV_BAD_HOSTS: rec.bad_hosts_path})
+    assert line == "[hpc-launch] bad host: n2: preflight: eth0 has no IPv4 address"
+    store_outcome(store, rec, Outcome(JobState.FAILED, 78), LocalTransport())
+    assert [(b.host, b.reason, b.job_id) for b in store.bad_hosts("slurm")] == [("n2", "preflight: eth0 has no IPv4 address", "9")]
+    assert store.get("9", "slurm").extra["bad_hosts"] == {"n2": "preflight: eth0 has no IPv4 address"}
+
+
+def test_a_node_failure_slurm_names_in_the_log_is_remembered(store, tmp_path):
+    rec = _record(tmp_path)
+    store.add(rec)
+    Path(rec.log_path).write_text("step 3\nsrun: error: Node failure on pod2\nsrun: error: pod2: task 1: Killed\n")
+    store_outcome(store, rec, Outcome(JobState.FAILED, 1), LocalTransport())
+    assert [b.host for b in store.bad_hosts("slurm")] == ["pod2"]
+
+
+def test_a_job_that_ends_well_with_no_report_leaves_nothing(store, tmp_path):
+    rec = _record(tmp_path)
+    store.add(rec)
+    Path(rec.log_path).write_text("srun: error: Node failure on pod2\n")  # a done job's log is not evidence
+    store_outcome(store, rec, Outcome(JobState.DONE, 0), LocalTransport())
+    assert store.bad_hosts() == []
+
+
+# ---- the spares check, run for real in bash with a stand-in ssh ------------------------------
+
+
+@pytest.fixture
+def stubs(tmp_path):
+    d = tmp_path / "stubs"
+    d.mkdir()
+    for name in ("mpirun",):
+        (d / name).write_text("#!/bin/sh\necho launcher ran\n")
+    # ssh HOST CMD: n2 does not answer; the others run the check
+    (d / "ssh").write_text('#!/bin/bash\nfor a in "$@"; do h=$prev; prev=$a; done\n'
+                           'host=$(for a in "$@"; do case $a in -*) ;; *) echo "$a";; esac; done | grep -E "^n[0-9]+$" | head -1)\n'
+                           '[ "$host" = n2 ] && exit 255\nexit 0\n')
+    (d / "python").write_text("#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n")
+    for f in d.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    (d / "venv" / "bin").mkdir(parents=True)
+    (d / "venv" / "bin" / "activate").write_text("# stand-in\n")
+    return d
+
+
+def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, stubs):
+    profile = profiles.load("abci")
+    profile = msgspec.structs.replace(profile, modules=profiles.Modules(), net_if=None,
+                                      python=msgspec.structs.replace(profile.python, modules=[]))
+    job = resolve(JobSpec(cluster="abci", nodes=2, spares=1, workdir=str(tmp_path), venv=str(stubs / "venv"), group="g1",
+                          modules=[]), profile)
+    script = tmp_path / "job.sh"
+    script.write_text(render(job, stamp="t").text)
+    nodefile = tmp_path / "nodes"
+    here = socket.gethostname()
+    nodefile.write_text("".join(f"{h}\n" * 8 for h in (here, "n2", "n3")))
+    r = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
+                            "PBS_JOBID": "60.pbshead", "PBS_NODEFILE": str(nodefile)})
+    assert "launcher ran" in r.stdout, r.stdout + r.stderr
+    hostfile = (tmp_path / "hostfile_60").read_text().split()
+    assert [h for h in hostfile if "slots" not in h] == [here, "n3"]
+    assert "[hpc-launch] bad host: n2: spares check" in r.stdout + r.stderr
+    assert protocol.parse_bad_hosts_file((tmp_path / "train.o60.badhosts").read_text()).keys() == {"n2"}
