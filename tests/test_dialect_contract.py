@@ -70,7 +70,7 @@ def test_each_chain_link_is_built_by_the_dialect_not_by_word_positions(cluster):
     dialect = dialects.get(profiles.load(cluster).dialect)
     assert held[-1] == link.script_relpath
     assert all(flag in held for flag in dialect.depend_flags("41"))
-    assert f"# then link 3: " in prepared.submit_display()
+    assert "# then link 3: " in prepared.submit_display()
 
 
 def test_a_directive_key_is_the_dialects_own_rule():
