@@ -48,6 +48,7 @@ def _script_runs(work: Path):
     return sorted(p for p in work.glob("train.o*") if not p.name.endswith((".exitcode", ".live")))
 
 
+@pytest.mark.train  # twenty real local jobs: DeepSpeed's launcher (and torch) starts twenty times on two cores
 def test_twenty_concurrent_submissions_and_status_calls(hpc_launch_bin, sandbox):
     work, env, db = sandbox
     submit = [hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"]

@@ -17,6 +17,8 @@ from hpc_launch.records import JobRecord, JobStore
 from hpc_launch.states import JobState
 from hpc_launch.transport import CommandResult
 
+from fakes import OK, FakeTransport
+
 
 class ScriptedDialect(Dialect):
     """Answers status queries from a list of prepared answers (one per query)."""
@@ -48,27 +50,9 @@ class ScriptedDialect(Dialect):
         return CancelOutcome(sent=False, message=err.strip())
 
 
-class FakeTransport:
-    host = "localhost"
-
-    def __init__(self, dialect: ScriptedDialect):
-        self.files: Dict[str, bytes] = {}
-        self.dialect = dialect
-        self.ran: List[List[str]] = []
-
-    def run(self, argv, **_kw):
-        self.ran.append(list(argv))
-        if argv[0] == "qdel":
-            return self.dialect.cancel_result
-        return CommandResult(0, "", "")
-
-    def size(self, path):
-        return len(self.files[path]) if path in self.files else None
-
-    def read_from(self, path, offset, limit=1 << 20):
-        if path not in self.files:
-            raise FileNotFoundError(path)
-        return self.files[path][offset:offset + limit]
+def _fake(dialect: ScriptedDialect) -> FakeTransport:
+    """qdel answered by the scripted dialect's cancel_result; everything else rc 0."""
+    return FakeTransport(lambda argv: dialect.cancel_result if argv[0] == "qdel" else OK)
 
 
 @pytest.fixture
@@ -96,14 +80,14 @@ def _refresh(store, rec, transport) -> JobRecord:
 
 
 def test_running_job_keeps_the_schedulers_state_and_comment(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Not Running: Insufficient amount of resource: ngpus")}]
     got = _refresh(store, _record(store), t)
     assert (got.state, got.comment) == ("queued", "Not Running: Insufficient amount of resource: ngpus")
 
 
 def test_an_unknown_state_word_never_ends_or_restarts_a_job(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{"42": StatusInfo(JobState.UNKNOWN, raw="Z")}]
     got = _refresh(store, _record(store, state="running"), t)
     assert got.state == "running" and got.end_time is None
@@ -120,7 +104,7 @@ def test_an_unknown_state_word_never_ends_or_restarts_a_job(scripted, store):
     (None, True, "cancelled"),
 ])
 def test_a_job_the_scheduler_forgot_is_decided_by_its_exit_code_file(scripted, store, code, cancel_asked, state):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     if code is not None:
         t.files["/w/train.o42.exitcode"] = code
     scripted.answers = [{}]
@@ -131,7 +115,7 @@ def test_a_job_the_scheduler_forgot_is_decided_by_its_exit_code_file(scripted, s
 
 
 def test_an_unrequested_sigkill_says_it_was_probably_memory(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     t.files["/w/train.o42.exitcode"] = b"137\n"
     scripted.answers = [{}]
     got = _refresh(store, _record(store, state="running"), t)
@@ -139,7 +123,7 @@ def test_an_unrequested_sigkill_says_it_was_probably_memory(scripted, store):
 
 
 def test_no_exit_file_asks_the_schedulers_accounting(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{}]
     scripted.accounting_answer = StatusInfo(JobState.TIMEOUT, 137, "qacct", comment="h_rt limit")
     got = _refresh(store, _record(store, state="running"), t)
@@ -147,21 +131,21 @@ def test_no_exit_file_asks_the_schedulers_accounting(scripted, store):
 
 
 def test_scheduler_says_ended_without_exit_status_then_the_file_decides(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     t.files["/w/train.o42.exitcode"] = b"0\n"
     scripted.answers = [{"42": StatusInfo(JobState.UNKNOWN, raw="C", ended=True)}]
     assert _refresh(store, _record(store, state="running"), t).state == "done"
 
 
 def test_the_schedulers_final_word_wins_and_keeps_its_exit_status(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{"42": StatusInfo(JobState.TIMEOUT, -29, "F", comment="exceeded resource walltime")}]
     got = _refresh(store, _record(store, state="running"), t)
     assert (got.state, got.exit_code, got.comment) == ("timeout", -29, "exceeded resource walltime")
 
 
 def test_never_runs_ends_a_follow_with_the_schedulers_reason(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Can Never Run: Not enough total nodes available", never_runs=True)}]
     rec = _record(store)
     seen = []
@@ -173,7 +157,7 @@ def test_never_runs_ends_a_follow_with_the_schedulers_reason(scripted, store):
 
 
 def test_terminal_records_are_not_asked_again(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{}]
     _refresh(store, _record(store, state="done", exit_code=0), t)
     assert t.ran == []
@@ -183,7 +167,7 @@ def test_terminal_records_are_not_asked_again(scripted, store):
 
 
 def test_cancel_of_a_job_that_already_finished_reports_how_it_ended_and_sends_nothing(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     t.files["/w/train.o42.exitcode"] = b"0\n"
     scripted.answers = [{}]
     result = jobs.cancel(store, _record(store, state="queued"), t, sleep=lambda s: None)
@@ -194,7 +178,7 @@ def test_cancel_of_a_job_that_already_finished_reports_how_it_ended_and_sends_no
 
 
 def test_cancel_records_the_end_the_scheduler_reports_afterwards(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [
         {"42": StatusInfo(JobState.RUNNING, raw="R")},                      # before the request
         {"42": StatusInfo(JobState.RUNNING, raw="R", comment="terminated")},  # qdel is asynchronous
@@ -209,7 +193,7 @@ def test_cancel_records_the_end_the_scheduler_reports_afterwards(scripted, store
 
 def test_cancel_that_races_the_jobs_own_end_keeps_the_real_outcome(scripted, store):
     """scancel/qdel of a job that completed in between: the job is done, not cancelled."""
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.cancel_result = CommandResult(35, "", "qdel: Job has finished 42.pbs")
     t.files_after = {}
     scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}, {}]
@@ -222,7 +206,7 @@ def test_cancel_that_races_the_jobs_own_end_keeps_the_real_outcome(scripted, sto
 
 
 def test_a_refused_cancel_is_an_error_and_leaves_the_record_as_it_was(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.cancel_result = CommandResult(159, "", "qdel: Unauthorized Request  42.pbs")
     scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}]
     with pytest.raises(Exception, match="Unauthorized"):
@@ -232,7 +216,7 @@ def test_a_refused_cancel_is_an_error_and_leaves_the_record_as_it_was(scripted, 
 
 
 def test_cancel_that_is_not_confirmed_in_time_says_so(scripted, store):
-    t = FakeTransport(scripted)
+    t = _fake(scripted)
     scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}]
     result = jobs.cancel(store, _record(store, state="running"), t, confirm_s=0.0, sleep=lambda s: None)
     assert result.state == JobState.RUNNING and "still reports it running" in result.message
@@ -242,7 +226,7 @@ def test_cancel_that_is_not_confirmed_in_time_says_so(scripted, store):
 def test_a_job_pbs_killed_for_walltime_is_a_timeout_even_when_pbs_has_forgotten_it(store):
     """PBS Pro with job history off (its default) forgets the job at once; the SIGTERM trap
     wrote 143. MoM's line in the log (pbspro-observed 050) tells it was the walltime."""
-    t = FakeTransport(ScriptedDialect())
+    t = _fake(ScriptedDialect())
     t.files["/w/train.o42.exitcode"] = b"143 train.sh\n"
     t.files["/w/train.o42"] = b"[hpc-train] step=3\n=>> PBS: job killed: walltime 12 exceeded limit 5\n"
     rec = JobRecord(job_id="42.pbs", cluster="c", dialect="pbspro", host="localhost", name="train", workdir="/w",
@@ -260,17 +244,15 @@ def test_a_job_pbs_killed_for_walltime_is_a_timeout_even_when_pbs_has_forgotten_
 from hpc_launch.errors import SchedulerError, TransportError  # noqa: E402
 
 
-class SubmitTransport:
-    """Runs `sbatch` answers from a list; `squeue --me` shows the jobs "created" so far."""
-
-    host = "login"
+class SubmitAnswers:
+    """`sbatch` answered from a list; `squeue --me` shows the jobs "created" so far."""
 
     def __init__(self, answers):
         self.answers = list(answers)
         self.created = []
         self.submits = 0
 
-    def run(self, argv, **_kw):
+    def __call__(self, argv):
         if argv[0] == "squeue":
             return CommandResult(0, "".join(f"{j}|{cmd}\n" for j, cmd in self.created), "")
         self.submits += 1
@@ -280,6 +262,10 @@ class SubmitTransport:
         if answer.get("raise"):
             raise answer["raise"]
         return CommandResult(answer.get("rc", 0), answer.get("out", ""), answer.get("err", ""))
+
+
+def SubmitTransport(answers) -> FakeTransport:  # noqa: N802  (reads as the transport it makes)
+    return FakeTransport(SubmitAnswers(answers), host="login")
 
 
 def _lost(msg="connection dropped"):
@@ -295,13 +281,13 @@ TIMEOUT = "sbatch: error: Batch job submission failed: Socket timed out on send/
 def test_a_timeout_after_the_job_was_created_records_that_job_and_submits_nothing_more():
     t = SubmitTransport([{"creates": "101", "rc": 1, "err": TIMEOUT}])
     assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None) == "101"
-    assert t.submits == 1
+    assert t.answer.submits == 1
 
 
 def test_a_timeout_that_created_nothing_is_retried():
     t = SubmitTransport([{"rc": 1, "err": TIMEOUT}, {"creates": "102", "out": "102\n"}])
     assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None) == "102"
-    assert t.submits == 2
+    assert t.answer.submits == 2
 
 
 def test_a_lost_connection_asks_the_scheduler_before_saying_anything():
@@ -310,7 +296,7 @@ def test_a_lost_connection_asks_the_scheduler_before_saying_anything():
     t = SubmitTransport([{"raise": _lost()}])
     with pytest.raises(TransportError, match="may or may not exist"):
         jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh")
-    assert t.submits == 1  # never re-sent
+    assert t.answer.submits == 1  # never re-sent
 
 
 def test_an_unreadable_answer_of_a_created_job_is_still_recorded():
@@ -322,7 +308,7 @@ def test_a_clear_refusal_is_not_retried():
     t = SubmitTransport([{"rc": 1, "err": "sbatch: error: invalid partition specified: nope"}])
     with pytest.raises(SchedulerError, match="refused the job: sbatch: error: invalid partition"):
         jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh")
-    assert t.submits == 1
+    assert t.answer.submits == 1
 
 
 def test_pbs_finds_its_submission_by_the_script_qsub_was_given():

@@ -25,6 +25,7 @@ from hpc_launch.errors import SchedulerError
 from hpc_launch.states import JobState
 from hpc_launch.jobs import run_submit as _run_submit
 from hpc_launch.transport import CommandResult
+from fakes import FakeTransport
 from pbs_fixtures import Fixture, Replay, all_fixtures, load
 
 D = dialects.get("pbspro")
@@ -52,24 +53,13 @@ def job(fx: Fixture, job_id: str) -> Dict[str, str]:
 # ---- qsub: accepted ------------------------------------------------------------------------
 
 
-class FakeTransport:
-    host = "pbshead"
-
-    def __init__(self, result: CommandResult):
-        self.result, self.calls = result, 0
-
-    def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None):
-        self.calls += 1
-        return self.result
-
-
 def submit(fx: Fixture):
     """The real submit path (retry policy included) fed this recording."""
-    transport = FakeTransport(fx.result)
+    transport = FakeTransport(lambda argv: fx.result, host="pbshead")
     try:
         return _run_submit(transport, ["qsub"], "/home/pbsuser/work", D, sleep=lambda s: None)
     finally:
-        assert transport.calls == 1, "a refusal or an id must never cause a second qsub"
+        assert len(transport.ran) == 1, "a refusal or an id must never cause a second qsub"
 
 
 QSUB_ACCEPTED = {

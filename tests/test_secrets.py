@@ -9,7 +9,7 @@ import re
 import stat
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 import pytest
 
@@ -20,6 +20,8 @@ from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
 from hpc_launch.prepare import prepare
 from hpc_launch.transport import CommandResult, LocalTransport, wrap_remote_command
+
+from fakes import FakeTransport
 
 SECRET = "s3cr3t-\u00e9-'\"$(touch pwned)`id`\\n"
 STAMP = "20260101-000000-000"
@@ -164,40 +166,10 @@ def test_private_file_never_writes_through_an_existing_file_or_symlink(transport
 # ---- the submit path: nothing on argv or in the submit command's environment ------------------
 
 
-class RecordingTransport:
-    """Runs nothing; records every command, its environment and every file written."""
-
-    host = "localhost"
-
-    def __init__(self, submit_result: CommandResult):
-        self.result = submit_result
-        self.calls: List[tuple] = []  # (what, detail) in order
-        self.files: Dict[str, bytes] = {}
-
-    def resolve_path(self, path):
-        return path
-
-    def size(self, path):
-        return 0  # every input the job needs (the venv) exists
-
-    def put_text(self, path, text, mode=0o644):
-        self.calls.append(("put_text", path))
-        self.files[path] = text.encode()
-
-    def put_private(self, path, data):
-        self.calls.append(("put_private", path))
-        self.files[path] = data
-
-    def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None):
-        self.calls.append(("run", list(argv), dict(env or {}), stdin))
-        return self.result
-
-    def remove(self, path):
-        self.calls.append(("remove", path))
-        self.files.pop(path, None)
-
-    def close(self):
-        pass
+def RecordingTransport(submit_result: CommandResult) -> FakeTransport:  # noqa: N802
+    """Runs nothing; records every command, its environment and every file written; every
+    input the job needs (the venv) exists."""
+    return FakeTransport(lambda argv: submit_result, every_file_exists=True)
 
 
 @pytest.mark.parametrize("cluster", ["abci", "abci2", "thetagpu", "slurm", "local"])

@@ -322,6 +322,7 @@ def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_
         assert "python" not in subprocess.run(["ps", "--sid", job["job_id"], "-o", "args="], capture_output=True, text=True).stdout
 
 
+@pytest.mark.train  # two real DeepSpeed trainings, one after the other
 def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bin):
     """No scheduler places local points: run together they would share two cores and halve each
     other's samples/s in the report. Each point starts only after the one before it ended."""

@@ -27,3 +27,11 @@ def shared_workdir(testbed, tmp_path_factory) -> Path:
     d = Path(subprocess.run(["mktemp", "-d", f"{base}/e2e.XXXXXX"], capture_output=True, text=True, check=True).stdout.strip())
     d.chmod(0o755)
     return d
+
+
+def pytest_collection_modifyitems(items):
+    """`gridengine` marks every end-to-end test that needs the testbed's Grid Engine: those that
+    submit to tb-sge or drive Grid Engine's own commands (select with -m gridengine / not gridengine)."""
+    for item in items:
+        if "/e2e/" in str(item.fspath) and ("tb-sge" in item.nodeid or "gridengine" in item.name or "grid_engine" in item.name):
+            item.add_marker(pytest.mark.gridengine)
