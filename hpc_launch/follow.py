@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import List, Optional
 
@@ -10,7 +11,7 @@ from .logs import follow, read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
-from .protocol import EXIT_SIGINT
+from .protocol import EXIT_SIGINT, bad_hosts_in
 
 
 def _exit_code(state: JobState, code: Optional[int]) -> int:
@@ -112,7 +113,28 @@ def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional
                   submit_time=rec.submit_time, end_time=rec.end_time)
     if state in (JobState.FAILED, JobState.TIMEOUT):
         s.cause = diagnosis_lines(log_text, rec, code)
-    return format_summary(s, rec.job_id)
+    text = format_summary(s, rec.job_id)
+    hosts = host_lines(rec, log_text)
+    if hosts:  # before the log's path, which stays the last line
+        head, _, last = text.rpartition("\n")
+        text = "\n".join([head, *hosts, last])
+    return text
+
+
+def host_lines(rec: JobRecord, log_text: str) -> List[str]:
+    """Which hosts the job was kept off, trained on instead of its spares, and found bad."""
+    extra = rec.extra or {}
+    lines = []
+    if extra.get("excluded"):
+        lines.append(f"  hosts     kept off {', '.join(extra['excluded'])} (found bad by earlier jobs, or --exclude)")
+    spares = re.search(r"^\[hpc-launch\] spares: (training on .*)$", log_text, re.M)
+    if spares:
+        lines.append(f"  hosts     {spares.group(1)}")
+    bad = extra.get("bad_hosts") or bad_hosts_in(log_text)
+    if bad:
+        lines.append("  hosts     found bad: " + "; ".join(f"{h} ({why})" for h, why in bad.items())
+                     + ": later jobs avoid them (`hpc-launch hosts`)")
+    return lines
 
 
 def diagnosis_lines(log_text: str, rec: JobRecord, code: Optional[int]) -> List[str]:

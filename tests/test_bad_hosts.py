@@ -158,3 +158,14 @@ def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, s
     assert [h for h in hostfile if "slots" not in h] == [here, "n3"]
     assert "[hpc-launch] bad host: n2: spares check" in r.stdout + r.stderr
     assert protocol.parse_bad_hosts_file((tmp_path / "train.o60.badhosts").read_text()).keys() == {"n2"}
+
+
+def test_the_summary_lists_the_hosts_kept_off_trained_on_and_found_bad(tmp_path):
+    from hpc_launch.follow import summary_block
+
+    rec = _record(tmp_path)
+    rec.extra = {"excluded": ["n9"], "bad_hosts": {"n2": "spares check: no answer over ssh"}}
+    text = summary_block(rec, "[hpc-launch] spares: training on n1 n3 (1 spare node(s) held)\n", JobState.DONE, 0)
+    lines = text.splitlines()
+    assert "kept off n9" in text and "training on n1 n3" in text and "found bad: n2 (spares check" in text
+    assert lines[-1].startswith("  log ")

@@ -35,6 +35,8 @@ def submit_link(transport: Transport, store: JobStore, prepared: "Prepared", dia
     record = record_for(prepared.job.profile, dialect, job_id=job_id, host=first.host, name=first.name, workdir=workdir,
                         script_path=script_path, submit_argv=argv)
     record.extra = {**record.extra, "chain": first.job_id, "link": link, "links": first.extra["links"]}
+    if prepared.job.exclude:
+        record.extra["excluded"] = list(prepared.job.exclude)
     add_or_explain(store, record, prepared)
     return job_id
 

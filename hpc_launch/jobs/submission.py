@@ -56,6 +56,8 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
                                     script_path=script_path, submit_argv=prepared.script.submit_argv)
                 if job.chain > 1:
                     record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
+                if job.exclude:  # kept off by the scheduler: the summary says so
+                    record.extra = {**record.extra, "excluded": list(job.exclude)}
                 add_or_explain(store, record, prepared)
                 if on_recorded is not None:
                     on_recorded(record)

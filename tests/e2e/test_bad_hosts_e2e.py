@@ -69,6 +69,7 @@ def test_a_node_that_fails_under_a_slurm_job_is_named_and_the_next_job_avoids_it
     assert r.returncode == 0, r.stderr[-3000:]
     hostfile = re.search(r"\[hpc-launch\] hostfile \S+:\n((?:\S+ slots=\d+\n)+)", text).group(1)
     assert "pod3" not in hostfile and len(hostfile.splitlines()) == 2
+    assert "hosts     kept off pod3" in r.stderr  # the summary says so
 
 
 def test_pbs_spares_train_on_the_pods_that_answer_when_one_pods_sshd_is_gone(hpc_launch_bin, testbed, shared_workdir):
@@ -86,6 +87,7 @@ def test_pbs_spares_train_on_the_pods_that_answer_when_one_pods_sshd_is_gone(hpc
     assert re.search(r"\[hpc-launch\] spares: training on pod\d pod\d \(1 spare", text)
     assert "pod3 slots=" not in text.split("[hpc-launch] spares:")[1]
     assert [b.host for b in JobStore().bad_hosts("tb-pbs")] == ["pod3"]
+    assert "hosts     training on pod" in r.stderr and "found bad: pod3 (spares check" in r.stderr  # the summary
 
 
 def test_grid_engine_keeps_a_job_off_an_excluded_host(hpc_launch_bin, testbed, shared_workdir):
