@@ -130,6 +130,8 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
         # Dynamic loss scaling (loss_scale 0), the settings of the seeds' fp16 run.
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 15,
                        "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 1}
+        if on_cpu:  # the same BatchNorm rule for fp16 on CPUs with fp16 kernels (AVX512-FP16/AMX)
+            cfg["data_types"] = {"buffer_dtype": "fp16"}
 
     if monitor == "csv":
         cfg["csv_monitor"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}
