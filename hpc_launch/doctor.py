@@ -71,6 +71,15 @@ CAUSES: Tuple[Cause, ...] = (
         "pass --venv DIR of a virtualenv that has it (pip install 'hpc-launch[train]' there), or set the profile's python.venv",
         "hpc-launch's job script (templates/body/job.sh.j2)"),
     Cause(
+        "preflight", "the job is not what was asked (pre-flight gate)",
+        (r"^\[hpc-launch\] preflight failed: (?P<host>[^:\n]+): (?P<fact>.*?); fix: (?P<fix>.*?)\s*$",
+         r"^error: (?P<fact>(?:the launcher \(|this process found no launcher's rank variables|rank \d+ was started twice|"
+         r"the job is not what was asked|MASTER_PORT \d+ on ).*?)\s*$"),
+        "the job's pre-flight gate stopped it before training[[ on {host}]]: {fact}",
+        "[[{fix}; ]]nothing trained: fix that and submit again (the gate's checks: docs/preflight.md)",
+        "the shipped entrypoint's pre-flight gate (train/preflight.py, train/dist.py; exit 78)",
+        signal=lambda f: "exit code 78: the pre-flight gate found the job is not what was asked" if f.exit_code == 78 else None),
+    Cause(
         "hpc_launch_error", "hpc-launch: the job script stopped",
         (r"\[hpc-launch\] error: (?P<message>.*?)\s*$",),
         "hpc-launch's job script stopped the job: {message}",

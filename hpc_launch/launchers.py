@@ -1,21 +1,21 @@
 """The launcher registry: one entry per way of starting the ranks.
 
 Each entry says which template starts the ranks (templates/body/launch/NAME.sh.j2), which rank
-variables the ranks find (train/dist.py maps them to RANK/WORLD_SIZE/LOCAL_RANK), and how the
-job's environment reaches remote ranks. Code asks the entry, never the launcher's name.
+variables the ranks find (`ranks`: a convention of train/dist.py CONVENTIONS, the one home of the
+variable names), and how the job's environment reaches remote ranks. Code asks the entry, never the launcher's name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 
 @dataclass(frozen=True)
 class Launcher:
     name: str
     summary: str
-    rank_vars: str  # what the ranks read to find their place
+    ranks: Tuple[str, ...]  # the rank variables the ranks may find: names in train/dist.py CONVENTIONS
     forwards: str  # how exported variables reach ranks on other nodes
     # The `deepspeed` CLI starts the ranks: the entry is `--module train`, not `-m train`.
     deepspeed_cli: bool = False
@@ -41,21 +41,21 @@ class Launcher:
 
 _LAUNCHERS: Dict[str, Launcher] = {entry.name: entry for entry in (
     Launcher("deepspeed", "DeepSpeed's launcher on one node (local, single-node jobs)",
-             "RANK/LOCAL_RANK/WORLD_SIZE from the deepspeed launcher", "inherited (one node)",
+             ("torch",), "inherited (one node)",
              deepspeed_cli=True, single_node=True),
     Launcher("deepspeed-pdsh", "DeepSpeed's launcher fanning out over ssh/pdsh (pods, sites with node ssh)",
-             "RANK/LOCAL_RANK/WORLD_SIZE from the deepspeed launcher", ".deepspeed_env",
+             ("torch",), ".deepspeed_env",
              deepspeed_cli=True, env_file=True, env_via_shell=True, over_ssh=True),
     Launcher("deepspeed-openmpi", "DeepSpeed's launcher driving mpirun (the ABCI 2.0 tutorial)",
-             "OMPI_COMM_WORLD_*", ".deepspeed_env (turned into mpirun -x)", deepspeed_cli=True, env_file=True),
-    Launcher("mpirun", "Open MPI mpirun, one rank per GPU", "OMPI_COMM_WORLD_*", "mpirun -x NAME"),
-    Launcher("mpiexec", "MPICH/PALS mpiexec (Polaris), one rank per GPU", "PMI_RANK, PALS_LOCAL_RANKID", "mpiexec --envall", cpu_bind=True),
+             ("openmpi",), ".deepspeed_env (turned into mpirun -x)", deepspeed_cli=True, env_file=True),
+    Launcher("mpirun", "Open MPI mpirun, one rank per GPU", ("openmpi",), "mpirun -x NAME"),
+    Launcher("mpiexec", "MPICH/PALS mpiexec (Polaris), one rank per GPU", ("pmi", "pmix", "pals"), "mpiexec --envall", cpu_bind=True),
     Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)",
-             "torchrun's RANK/LOCAL_RANK (node rank from OMPI_COMM_WORLD_RANK)", "mpirun -x NAME"),
-    Launcher("srun", "Slurm srun, one task per GPU", "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", "srun (whole environment)",
+             ("torch",), "mpirun -x NAME"),
+    Launcher("srun", "Slurm srun, one task per GPU", ("slurm",), "srun (whole environment)",
              places_by_hostfile=False),
     Launcher("srun-torchrun", "srun one task per node, torchrun inside with a static rendezvous",
-             "torchrun's RANK/LOCAL_RANK (node rank from SLURM_NODEID)", "srun (whole environment)", places_by_hostfile=False),
+             ("torch",), "srun (whole environment)", places_by_hostfile=False),
 )}
 
 

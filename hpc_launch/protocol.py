@@ -20,6 +20,7 @@ def is_local(host: str | None) -> bool:
 # signals a scheduler or a user sends).
 EXIT_OK = 0
 EXIT_RESUMABLE = 75   # stopped for time at a complete checkpoint: the next chain link resumes
+EXIT_PREFLIGHT = 78   # the pre-flight gate found the job is not what was asked (EX_CONFIG): nothing trained
 EXIT_SIGINT = 130
 EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143
@@ -99,6 +100,17 @@ CANCEL_POLL = Backoff(0.5, 2.0, 4.0)
 # ---- bad hosts ---------------------------------------------------------------------------------
 # A job that finds a host bad (its pre-flight check, the watchdog, the spares check) prints this
 # line; the launcher reads it from the log when the job ends and later jobs avoid the host.
+# What the job asked for, exported by the job script for the ranks' pre-flight gate (train/preflight.py):
+# a launcher that sets no world size (PMIx, PALS) gets it from here, and one that sets a different
+# one is refused.
+ENV_WORLD_SIZE = "HPC_LAUNCH_WORLD_SIZE"
+ENV_RANKS_PER_NODE = "HPC_LAUNCH_RANKS_PER_NODE"
+ENV_PREFLIGHT = "HPC_LAUNCH_PREFLIGHT"  # "0" skips the gate
+ENV_PREFLIGHT_TIMEOUT = "HPC_LAUNCH_PREFLIGHT_TIMEOUT"  # seconds for every rank to arrive
+PREFLIGHT_TIMEOUT_S = 300.0  # ranks of a big job can take minutes to import torch on a shared filesystem
+PREFLIGHT_OK = "[hpc-launch] preflight ok: "
+PREFLIGHT_FAILED = "[hpc-launch] preflight failed: "
+
 BAD_HOST_PREFIX = "[hpc-launch] bad host: "
 BAD_HOST_TTL_S = 24 * 3600.0  # a host is avoided this long after a job found it bad
 # ... and appends `HOST<TAB>REASON` to this file beside the log (the job script exports its path),

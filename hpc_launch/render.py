@@ -219,8 +219,8 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
     # names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)
-    ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR", protocol.ENV_BAD_HOSTS)
-                                         if k not in job.env]
+    ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR", protocol.ENV_BAD_HOSTS,
+                                                 protocol.ENV_WORLD_SIZE, protocol.ENV_RANKS_PER_NODE) if k not in job.env]
     context = dict(
         proto=protocol,  # the job protocol: exit codes and file names, shared with the code that reads them
         version=__version__,

@@ -9,15 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 step() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
-# two workers: most end-to-end time is waiting on a scheduler, and the machine has two cores
-workers=(-n "${HPC_TEST_WORKERS:-2}")
+pytest=(.venv/bin/python -m pytest -p no:cacheprovider)
 
 if [ "${1:-}" = --fast ]; then
   shift
   step "python environment"
   scripts/setup-dev.sh test
   step "fast tier: no testbed, no training"
-  exec .venv/bin/python -m pytest -p no:cacheprovider "${workers[@]}" -m "not train and not scheduler" --durations=15 "$@"
+  # two workers: the machine has two cores
+  exec "${pytest[@]}" -n "${HPC_TEST_WORKERS:-2}" -m "not train and not scheduler" --durations=15 "$@"
 fi
 
 step "testbed packages"
@@ -42,17 +42,26 @@ trap cleanup EXIT
 step "tests"
 set +e
 if [ $# -gt 0 ]; then  # a chosen subset, as asked
-  .venv/bin/python -m pytest -p no:cacheprovider "${workers[@]}" --durations=15 "$@"
+  "${pytest[@]}" --durations=15 "$@"
   rc=$?
 else
-  # everything but the fault injections in parallel; those take a pod or a daemon away from the
-  # shared testbed, so they run alone afterwards
-  .venv/bin/python -m pytest -p no:cacheprovider "${workers[@]}" -m "not faults" --durations=15
+  # Two runs side by side, one per core: the tests that use the testbed, one at a time (it has
+  # 3 pods; two 2-node jobs together queue behind each other), and beside them everything else.
+  # (pytest-xdist's --dist loadgroup would do this in one run, but 3.8 under pytest 9 ignores
+  # the groups.) Fault injections take a pod or a daemon away, so they run alone at the end.
+  rest_log=$(mktemp)
+  "${pytest[@]}" -m "not scheduler" --durations=15 >"$rest_log" 2>&1 &
+  rest=$!
+  "${pytest[@]}" -m "scheduler and not faults" --durations=15
   rc=$?
+  wait "$rest"
+  rc_rest=$?
+  step "beside them: the unit and training tests"
+  cat "$rest_log"
   step "fault injections, one at a time"
-  .venv/bin/python -m pytest -p no:cacheprovider -m faults --durations=5
-  rc2=$?
-  [ "$rc" = 0 ] && rc=$rc2
+  "${pytest[@]}" -m faults --durations=5
+  rc_faults=$?
+  for r in "$rc_rest" "$rc_faults"; do [ "$rc" = 0 ] && rc=$r; done
 fi
 set -e
 step "done (pytest exit $rc)"

@@ -26,6 +26,9 @@ def _never_runs_comment() -> str:
 
 # (fixture or text, cause key, facts, a piece of the evidence line, the line number or None)
 CASES = [
+    ("preflight-rank-twice.log", "preflight", {"exit_code": 78, "state": "failed"},
+     "preflight failed: vm: a rank started twice: rank 0 on vm and again on vm", 4),
+    ("preflight-rank-twice-other.log", "preflight", {"exit_code": 78, "state": "failed"}, "rank 0 was started twice (again on vm)", 3),
     ("slurm-task-launch-failed.log", "node_failure", {"exit_code": 1, "state": "failed"},
      "srun: error: Task launch for StepId=15.0 failed on node pod3: Communication connection failure", None),
     ("hpc-launch-nodes.log", "hpc_launch_nodes", {"exit_code": 3}, "node list has 1 distinct host(s) but the job asked for 2", 2),

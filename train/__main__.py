@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         rank = dist.discover().rank
         return run(args)
     except TrainError as err:
-        if rank == 0:  # one line, once per job (every rank finds the same error)
+        if rank == 0 or getattr(err, "every_rank", False):  # one line, once per job (every rank finds the same error)
             print(f"error: {err.one_line()}", file=sys.stderr, flush=True)
         return err.exit_code
 

@@ -15,8 +15,6 @@ import signal
 import time
 from typing import Optional
 
-# EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry"
-RESUMABLE_EXIT = 75
 
 
 class StopRequest:

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.train
 
 
 @pytest.mark.parametrize("env, expected", [
-    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_SIZE": "4"}, (3, 8, 1, 4, "env")),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "OMPI_COMM_WORLD_RANK": "1"}, (0, 2, 0, None, "env")),
+    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_SIZE": "4"}, (3, 8, 1, 4, "torch")),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "OMPI_COMM_WORLD_RANK": "1"}, (0, 2, 0, None, "torch")),
     ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
       "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, (5, 8, 1, 4, "openmpi")),
     ({"PMI_RANK": "6", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "2", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"},
@@ -45,9 +45,19 @@ def test_export_env_defaults_for_single_node_and_refuses_multi_node_without_mast
 
 def test_threads_split_between_local_ranks(monkeypatch):
     monkeypatch.setattr(dist.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {0, 1})
     env = {}
-    dist.default_threads(dist.RankInfo(0, 2, 0, 2, "env"), env)
+    dist.default_threads(dist.RankInfo(0, 2, 0, 2, "torch"), env)
     assert env["OMP_NUM_THREADS"] == "1"
     env = {"OMP_NUM_THREADS": "7"}
-    dist.default_threads(dist.RankInfo(0, 2, 0, 2, "env"), env)
+    dist.default_threads(dist.RankInfo(0, 2, 0, 2, "torch"), env)
     assert env["OMP_NUM_THREADS"] == "7"
+
+
+def test_threads_follow_the_binding_a_launcher_gave_not_the_nodes_total(monkeypatch):
+    # Aurora: 12 ranks on a 208-CPU node, each bound to 4 CPUs (mpiexec --cpu-bind list:...)
+    monkeypatch.setattr(dist.os, "cpu_count", lambda: 208)
+    monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {1, 2, 3, 4})
+    env = {}
+    dist.default_threads(dist.RankInfo(5, 24, 5, 12, "pmix"), env)
+    assert env["OMP_NUM_THREADS"] == "4"  # was 208 // 12 = 17

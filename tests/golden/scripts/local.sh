@@ -50,6 +50,8 @@ HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
 printf '%s slots=2\n' localhost > "$HOSTFILE"
 NNODES=$(wc -l < "$HOSTFILE")
 WORLD_SIZE=$((NNODES * 2))
+# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=2
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---

@@ -71,6 +71,8 @@ if [ "$NNODES" -lt 2 ]; then
   exit 3
 fi
 WORLD_SIZE=$((NNODES * 4))
+# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=4
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---

@@ -39,6 +39,8 @@ HOSTFILE="$WORKDIR/hostfile_$JOB_NUM"
 printf '%s slots=1\n' 10.0.0.11 10.0.0.12 10.0.0.13 > "$HOSTFILE"
 NNODES=$(wc -l < "$HOSTFILE")
 WORLD_SIZE=$((NNODES * 1))
+# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=1
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
@@ -70,6 +72,8 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   printf '%s=%s\n' HPC_LAUNCH_STOP "$HPC_LAUNCH_STOP"
   printf '%s=%s\n' HPC_LAUNCH_CHECKPOINT_DIR "$HPC_LAUNCH_CHECKPOINT_DIR"
   printf '%s=%s\n' HPC_LAUNCH_BAD_HOSTS "$HPC_LAUNCH_BAD_HOSTS"
+  printf '%s=%s\n' HPC_LAUNCH_WORLD_SIZE "$HPC_LAUNCH_WORLD_SIZE"
+  printf '%s=%s\n' HPC_LAUNCH_RANKS_PER_NODE "$HPC_LAUNCH_RANKS_PER_NODE"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
 # Only this job's ranks carry this variable (it reaches them through .deepspeed_env alone):

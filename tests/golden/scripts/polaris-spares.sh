@@ -122,6 +122,8 @@ mv "$HOSTFILE.kept" "$HOSTFILE"
 echo "[hpc-launch] spares: training on $(awk '{print $1}' "$HOSTFILE" | paste -sd' ' -) (1 spare node(s) held)"
 NNODES=$(wc -l < "$HOSTFILE")
 WORLD_SIZE=$((NNODES * 4))
+# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=4
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---

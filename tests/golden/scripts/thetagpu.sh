@@ -62,6 +62,8 @@ if [ "$NNODES" -lt 2 ]; then
   exit 3
 fi
 WORLD_SIZE=$((NNODES * 8))
+# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=8
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
@@ -73,5 +75,5 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 
 # --- launch: Open MPI, one rank per GPU; the entrypoint maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE/LOCAL_RANK ---
 mpirun -np "$WORLD_SIZE" --npernode 8 -hostfile "$HOSTFILE" \
-  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS \
+  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS -x HPC_LAUNCH_WORLD_SIZE -x HPC_LAUNCH_RANKS_PER_NODE \
   -x PYTHONUSERBASE -x http_proxy -x https_proxy python3 -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --precision fp16 --micro-batch 64 --steps 200

@@ -68,6 +68,8 @@ if [ "$NNODES" -lt 2 ]; then
   exit 3
 fi
 WORLD_SIZE=$((NNODES * 4))
+# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=4
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
@@ -94,6 +96,8 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   printf '%s=%s\n' HPC_LAUNCH_STOP "$HPC_LAUNCH_STOP"
   printf '%s=%s\n' HPC_LAUNCH_CHECKPOINT_DIR "$HPC_LAUNCH_CHECKPOINT_DIR"
   printf '%s=%s\n' HPC_LAUNCH_BAD_HOSTS "$HPC_LAUNCH_BAD_HOSTS"
+  printf '%s=%s\n' HPC_LAUNCH_WORLD_SIZE "$HPC_LAUNCH_WORLD_SIZE"
+  printf '%s=%s\n' HPC_LAUNCH_RANKS_PER_NODE "$HPC_LAUNCH_RANKS_PER_NODE"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
 deepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 64 --steps 200

@@ -1,0 +1,296 @@
+"""The pre-flight gate: before the first training step, the job proves it became what was asked.
+
+Every rank publishes what it is (rank, host, local rank, threads, CPU binding, device, network
+interface) in the rendezvous store, with a deadline, before any process group exists: a rank
+claimed twice or a rank that never came is named in seconds instead of hanging the process
+group's init for its 30-minute timeout. Rank 0 checks the whole world against the job's plan
+($HPC_LAUNCH_RANKS_PER_NODE) and writes one verdict every rank reads. Then the process group
+starts on the same store and one small all-reduce proves the backend moves data and measures it.
+
+On failure every rank stops with protocol.EXIT_PREFLIGHT, the log says which host and which fact
+and the fix (`[hpc-launch] preflight failed: ...`, read by `doctor`), and a host whose interface
+is missing is reported bad (protocol.report_bad_host) so the next link or retry avoids it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import struct
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from hpc_launch import protocol
+
+from .dist import PreflightError, RankInfo
+
+_KEY = "hpc-launch/preflight"
+_SIOCGIFFLAGS, _SIOCGIFADDR, _IFF_UP = 0x8913, 0x8915, 0x1
+PROBE_BYTES = 4 << 20  # the all-reduce probe: big enough to measure, small enough for a second
+
+
+@dataclass(frozen=True)
+class Problem:
+    host: str
+    fact: str  # what differs, one line
+    fix: str
+    bad_host: bool = False  # the host itself is at fault (not the job's settings)
+
+
+# ---- what one rank is --------------------------------------------------------------------------
+
+
+def interface_problem(spec: Optional[str]) -> Optional[str]:
+    """None if the interface named like NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (a comma list of
+    prefixes, `=` for exact names, `^` to exclude) is up with an IPv4 address on this host."""
+    if not spec or spec.startswith("^"):
+        return None  # nothing named, or only exclusions: the library picks
+    exact = spec.startswith("=")
+    wanted = [w for w in spec.lstrip("=").split(",") if w]
+    have = [name for _, name in socket.if_nameindex()]
+    found = [n for n in have if any(n == w if exact else n.startswith(w) for w in wanted)]
+    if not found:
+        return f"interface {spec} does not exist (this host has: {', '.join(have)})"
+    states = {n: _if_state(n) for n in found}
+    if any(state == "ok" for state in states.values()):
+        return None
+    return "; ".join(f"interface {n} {state}" for n, state in states.items()) + f" (this host has: {', '.join(have)})"
+
+
+def _if_state(name: str) -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        packed = struct.pack("256s", name.encode()[:15])
+        flags = struct.unpack("H", fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, packed)[16:18])[0]
+        if not flags & _IFF_UP:
+            return "is down"
+        try:
+            fcntl.ioctl(s.fileno(), _SIOCGIFADDR, packed)
+        except OSError:
+            return "has no IPv4 address"
+    return "ok"
+
+
+def _device(local_rank: int) -> Optional[str]:
+    """The accelerator this rank drives, as (visible-device list, index): None on CPU."""
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    if acc.device_name() == "cpu":
+        return None
+    visible = next((os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                            "ZE_AFFINITY_MASK") if os.environ.get(k)), "")
+    index = acc.current_device()
+    ids = visible.split(",") if visible else []
+    # the physical id when the launcher narrowed the visible devices, else the index itself
+    return ids[index] if index < len(ids) else str(index)
+
+
+def local_facts(info: RankInfo, *, ifname: Optional[str], device: Optional[str]) -> Dict:
+    import torch
+
+    return {"rank": info.rank, "host": socket.gethostname(), "local_rank": info.local_rank,
+            "local_size": info.local_size, "threads": torch.get_num_threads(),
+            "cpus": sorted(os.sched_getaffinity(0)), "device": device,
+            "ifname": ifname, "if_problem": interface_problem(ifname), "source": info.source}
+
+
+# ---- the whole world against the plan (rank 0) -------------------------------------------------
+
+
+def check(facts: Sequence[Mapping], *, world: int, ranks_per_node: Optional[int]) -> List[Problem]:
+    """Everything that differs from the plan, most telling first."""
+    problems: List[Problem] = []
+    by_host: Dict[str, List[Mapping]] = defaultdict(list)
+    for f in facts:
+        by_host[f["host"]].append(f)
+    seen_ranks = sorted(f["rank"] for f in facts)
+    if seen_ranks != list(range(world)):
+        problems.append(Problem(",".join(sorted(by_host)), f"ranks {seen_ranks} started, the job asked for 0..{world - 1}",
+                                "check the launcher's rank count (-n, --ppn, --ntasks-per-node)"))
+    for host, ranks in sorted(by_host.items()):
+        names = ", ".join(str(f["rank"]) for f in ranks)
+        if ranks_per_node and len(ranks) != ranks_per_node:
+            problems.append(Problem(host, f"{len(ranks)} rank(s) ({names}) on this host, the job planned {ranks_per_node} per node",
+                                    "check the launcher's per-node count (--ppn, --npernode, --ntasks-per-node) and the hostfile's slots"))
+        locals_ = [f["local_rank"] for f in ranks]
+        if len(set(locals_)) != len(locals_):
+            problems.append(Problem(host, f"ranks {names} share local ranks {sorted(locals_)}: two ranks would drive one device",
+                                    "the launcher's local rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)"))
+        sizes = {f["local_size"] for f in ranks if f["local_size"] is not None}
+        if sizes and sizes != {len(ranks)}:
+            problems.append(Problem(host, f"the launcher says {sorted(sizes)} rank(s) per node, {len(ranks)} started here",
+                                    "check the launcher's per-node count"))
+        devices = [f["device"] for f in ranks if f["device"] is not None]
+        if len(set(devices)) != len(devices):
+            problems.append(Problem(host, f"ranks {names} share accelerator(s) {sorted(devices)}",
+                                    "give each local rank its own device (CUDA_VISIBLE_DEVICES / ZE_AFFINITY_MASK per rank, or none)"))
+        for f in ranks:
+            if f["threads"] > len(f["cpus"]):
+                problems.append(Problem(host, f"rank {f['rank']} runs {f['threads']} threads in a {len(f['cpus'])}-CPU binding",
+                                        f"set OMP_NUM_THREADS={len(f['cpus'])} (or the profile's launch threads) to match the binding"))
+        union = set().union(*(set(f["cpus"]) for f in ranks))
+        total = sum(f["threads"] for f in ranks)
+        if total > len(union) and not any(f["threads"] > len(f["cpus"]) for f in ranks):
+            problems.append(Problem(host, f"{len(ranks)} rank(s) run {total} threads on {len(union)} CPUs",
+                                    f"set OMP_NUM_THREADS={max(1, len(union) // len(ranks))} (CPUs / ranks per node)"))
+        for f in ranks:
+            if f["if_problem"]:
+                problems.append(Problem(host, f["if_problem"], "set the profile's net_if to an interface every node has, "
+                                        "or keep this node out (it is remembered as bad: `hpc-launch hosts`)", bad_host=True))
+                break
+    return problems
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+# ---- the gate itself -----------------------------------------------------------------------------
+
+
+def _timeout(env: Mapping[str, str]) -> float:
+    try:
+        return float(env.get(protocol.ENV_PREFLIGHT_TIMEOUT) or protocol.PREFLIGHT_TIMEOUT_S)
+    except ValueError:
+        return protocol.PREFLIGHT_TIMEOUT_S
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def gate(info: RankInfo, *, backend: str, env: Mapping[str, str] = os.environ):
+    """Run the checks; return the rendezvous store for the process group (None for one rank)."""
+
+    t0 = time.monotonic()
+    ifname = env.get("NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME") or None
+    facts = local_facts(info, ifname=ifname, device=_device(info.local_rank))
+    limit = _timeout(env)
+    if info.world_size == 1:  # no peers: only this rank's own facts
+        problems = check([facts], world=1, ranks_per_node=None)
+        if problems:
+            raise PreflightError(_fail(problems), hint=f"nothing trained; the job ends with exit {protocol.EXIT_PREFLIGHT}")
+        return None, time.monotonic() - t0
+    # torchrun's agent already serves the store on MASTER_PORT (and may restart the workers)
+    agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    prefix = f"{_KEY}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    store = _store(env, info, serve=info.rank == 0 and not agent, limit=limit)
+    claims = store.add(f"{prefix}/claim/{info.rank}", 1)
+    if claims > 1:
+        store.set(f"{prefix}/twice/{info.rank}", facts["host"])
+    else:
+        store.set(f"{prefix}/facts/{info.rank}", json.dumps(facts))
+    if info.rank == 0 and claims == 1:
+        verdict = _judge(store, prefix, info, env, limit, t0)
+        store.set(f"{prefix}/verdict", verdict)
+    try:
+        store.wait([f"{prefix}/verdict"], timedelta(seconds=limit + 30))
+        verdict = store.get(f"{prefix}/verdict").decode()
+    except Exception:  # noqa: BLE001 - rank 0 never judged: it is the one missing
+        raise PreflightError(f"rank {info.rank} on {facts['host']}: rank 0 gave no verdict within {limit + 30:.0f} s "
+                             f"(rank 0 did not start, or started twice elsewhere)",
+                             hint="look for rank 0's host in the launcher's output", every_rank=True) from None
+    if claims > 1:
+        raise PreflightError(f"rank {info.rank} was started twice (again on {facts['host']})",
+                             hint="the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+                             every_rank=True)
+    if verdict:
+        raise PreflightError(verdict, hint=f"nothing trained; the job ends with exit {protocol.EXIT_PREFLIGHT}")
+    return store, time.monotonic() - t0
+
+
+def _store(env: Mapping[str, str], info: RankInfo, *, serve: bool, limit: float):
+    import torch.distributed as tdist
+
+    addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    try:
+        return tdist.TCPStore(addr, port, info.world_size, is_master=serve, timeout=timedelta(seconds=limit),
+                              wait_for_workers=False)
+    except tdist.DistNetworkError as err:
+        if not serve or "EADDRINUSE" not in str(err):
+            raise
+    # The port is taken here: another rank 0 (started twice) serves it, which joining as a client
+    # reveals; anything else there fails the handshake and is named.
+    try:
+        return tdist.TCPStore(addr, port, info.world_size, is_master=False, timeout=timedelta(seconds=min(limit, 30)),
+                              wait_for_workers=False)
+    except Exception:  # noqa: BLE001 - not a store: some other program holds the port
+        raise PreflightError(f"MASTER_PORT {port} on {socket.gethostname()} is held by another program",
+                             hint="the job picks a free port at its start; a second job on this node may have taken it: submit again") from None
+
+
+def _judge(store, prefix: str, info: RankInfo, env: Mapping[str, str], limit: float, t0: float) -> str:
+    """Rank 0: wait for every rank (or the deadline), check the world; '' when all is well."""
+    world = info.world_size
+    keys = [f"{prefix}/facts/{r}" for r in range(world)]
+    deadline = t0 + limit
+    while True:
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        twice = [r for r in range(world) if store.check([f"{prefix}/twice/{r}"])]
+        if not missing or twice or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    facts = [json.loads(store.get(k)) for r, k in enumerate(keys) if r not in missing]
+    if twice:
+        hosts = {r: store.get(f"{prefix}/twice/{r}").decode() for r in twice}
+        first = {f["rank"]: f["host"] for f in facts}
+        where = "; ".join(f"rank {r} on {first.get(r, '?')} and again on {h}" for r, h in hosts.items())
+        return _fail([Problem(",".join(sorted(set(hosts.values()))), f"a rank started twice: {where}",
+                              "the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)")])
+    if missing:
+        shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
+        came = sorted({f["host"] for f in facts})
+        return _fail([Problem(",".join(came), f"{len(missing)} of {world} rank(s) never arrived within {limit:.0f} s (ranks {shown}); "
+                              f"arrived from: {', '.join(came)}",
+                              f"check that the launcher starts {world} ranks; raise ${protocol.ENV_PREFLIGHT_TIMEOUT} if they start slowly")])
+    per_node = env.get(protocol.ENV_RANKS_PER_NODE)
+    problems = check(facts, world=world, ranks_per_node=int(per_node) if per_node and per_node.isdigit() else None)
+    return _fail(problems) if problems else ""
+
+
+def _fail(problems: List[Problem]) -> str:
+    """Say every problem (rank 0's log), report bad hosts, and return the verdict line."""
+    for p in problems:
+        if p.bad_host:
+            for host in p.host.split(","):
+                _say(protocol.report_bad_host(host, f"preflight: {p.fact}"))
+        _say(f"{protocol.PREFLIGHT_FAILED}{p.host}: {p.fact}; fix: {p.fix}")
+    first = problems[0]
+    more = f" (and {_plural(len(problems) - 1, 'more problem')} above)" if len(problems) > 1 else ""
+    return f"the job is not what was asked on {first.host}: {first.fact}{more}"
+
+
+def probe(info: RankInfo, *, device: str, seconds: float) -> None:
+    """One small all-reduce across all ranks: it must add up, and its speed is printed (rank 0)."""
+    import torch
+    import torch.distributed as tdist
+
+    n = PROBE_BYTES // 4
+    x = torch.full((n,), float(info.rank + 1), dtype=torch.float32, device=device)
+    tdist.all_reduce(x)  # the first one sets up the connections
+    want = info.world_size * (info.world_size + 1) / 2
+    if float(x[0]) != want:
+        raise PreflightError(f"the all-reduce across {info.world_size} ranks added up to {float(x[0])}, not {want}",
+                             hint="the interconnect or the backend is broken on some host: rerun with NCCL_DEBUG=INFO")
+    x.fill_(1.0)
+    t = time.monotonic()
+    tdist.all_reduce(x)
+    if device != "cpu":
+        torch.cuda.synchronize() if device.startswith("cuda") else None
+    took = time.monotonic() - t
+    times: List = [None] * info.world_size
+    tdist.all_gather_object(times, (socket.gethostname(), took))
+    if info.rank == 0:
+        slowest = max(times, key=lambda ht: ht[1])
+        # bus bandwidth as nccl-tests reports it: 2(n-1)/n x bytes / time
+        bus = 2 * (info.world_size - 1) / info.world_size * PROBE_BYTES / max(slowest[1], 1e-9) / 1e9
+        hosts = len({h for h, _ in times})
+        _say(f"{protocol.PREFLIGHT_OK}{_plural(info.world_size, 'rank')} on {_plural(hosts, 'host')}: ranks, threads, "
+             f"devices and interfaces as planned; all-reduce {PROBE_BYTES >> 20} MiB in {slowest[1] * 1000:.1f} ms "
+             f"({bus:.2f} GB/s bus, slowest {slowest[0]}); gate {seconds + took:.1f} s")
