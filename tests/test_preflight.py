@@ -133,3 +133,9 @@ def test_the_interface_check_reads_this_hosts_interfaces():
     missing = preflight.interface_problem("hsn")
     assert missing.startswith("interface hsn does not exist") and all(n in missing for n in names)
     assert preflight.interface_problem("=l") is not None  # `=`: exact names only
+
+
+def test_only_a_rank_on_master_addrs_host_serves_the_store():
+    # a second "rank 0" on another host must join the real store (and be caught), not serve its own
+    assert preflight._is_here("127.0.0.1") and preflight._is_here("localhost")
+    assert not preflight._is_here("192.0.2.1")  # TEST-NET-1: never this host's

@@ -180,7 +180,9 @@ def gate(info: RankInfo, *, backend: str, env: Mapping[str, str] = os.environ):
     # torchrun's agent already serves the store on MASTER_PORT (and may restart the workers)
     agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     prefix = f"{_KEY}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-    store = _store(env, info, serve=info.rank == 0 and not agent, limit=limit)
+    # only a rank 0 on MASTER_ADDR's host serves: a second "rank 0" elsewhere joins and is caught
+    serve = info.rank == 0 and not agent and _is_here(env["MASTER_ADDR"])
+    store = _store(env, info, serve=serve, limit=limit)
     claims = store.add(f"{prefix}/claim/{info.rank}", 1)
     if claims > 1:
         store.set(f"{prefix}/twice/{info.rank}", facts["host"])
@@ -203,6 +205,22 @@ def gate(info: RankInfo, *, backend: str, env: Mapping[str, str] = os.environ):
     if verdict:
         raise PreflightError(verdict, hint=f"nothing trained; the job ends with exit {protocol.EXIT_PREFLIGHT}")
     return store, time.monotonic() - t0
+
+
+def _is_here(addr: str) -> bool:
+    """Whether MASTER_ADDR is an address of this host (binding to it works only here)."""
+    try:
+        infos = socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return True  # unresolvable here: let the store say so
+    for *_, sockaddr in infos:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((sockaddr[0], 0))
+                return True
+            except OSError:
+                continue
+    return False
 
 
 def _store(env: Mapping[str, str], info: RankInfo, *, serve: bool, limit: float):
