@@ -15,6 +15,9 @@ import signal
 import time
 from typing import Optional
 
+from hpc_launch.protocol import EXIT_RESUMABLE
+
+RESUMABLE_EXIT = EXIT_RESUMABLE  # EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry"
 
 
 class StopRequest:
