@@ -220,6 +220,15 @@ CAUSES: Tuple[Cause, ...] = (
         "PyTorch c10d (torch/csrc/distributed/c10d/socket.cpp, TCPStore.cpp; distributed_c10d.py; elastic c10d_rendezvous_backend.py), gloo (transport/tcp/pair.cc)",
         weak=(r"Connection refused", r"No route to host")),
     Cause(
+        "hang", "a rank hung (watchdog)",
+        (r"^\[hpc-launch\] hang: rank (?P<rank>\d+) on (?P<host>\S+) (?P<why>.*?); no rank advanced for (?P<idle>\d+) s \(bound (?P<bound>\d+) s\)",),
+        "the job hung: rank {rank} on {host} {why}, and the others waited for it {idle} s (the watchdog's bound was {bound} s); "
+        "the live ranks' Python stacks are in the log (`[hpc-launch] stacks of rank`)",
+        "read rank {rank}'s stack (or the others': where they wait) in the log; if {host} froze, submit again: hpc-launch keeps "
+        "later jobs off it for a day (`hpc-launch hosts`); a training that legitimately pauses longer sets HPC_LAUNCH_HANG_S",
+        "the shipped entrypoint's watchdog (train/watchdog.py; exit 124)",
+        signal=lambda f: "exit code 124: the watchdog ended a hung job" if f.exit_code == 124 else None, signal_weak=True),
+    Cause(
         "collective_timeout", "a collective timed out (NCCL/gloo)",
         (r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)\n]*)\) ran for (?P<ms>\d+) milliseconds",
          r"Watchdog caught collective operation timeout",

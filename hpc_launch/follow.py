@@ -122,7 +122,8 @@ def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional
 
 
 def host_lines(rec: JobRecord, log_text: str) -> List[str]:
-    """Which hosts the job was kept off, trained on instead of its spares, and found bad."""
+    """Which hosts the job was kept off, trained on instead of its spares, found slow or bad, and
+    what its pre-flight gate measured."""
     extra = rec.extra or {}
     lines = []
     if extra.get("excluded"):
@@ -130,6 +131,11 @@ def host_lines(rec: JobRecord, log_text: str) -> List[str]:
     spares = re.search(r"^\[hpc-launch\] spares: (training on .*)$", log_text, re.M)
     if spares:
         lines.append(f"  hosts     {spares.group(1)}")
+    gate = re.search(r"^\[hpc-launch\] preflight ok: (\d+ ranks? on \d+ hosts?): .*?; all-reduce (.*?); gate ([\d.]+ s)$", log_text, re.M)
+    if gate:
+        lines.append(f"  preflight {gate.group(1)} as planned in {gate.group(3)}; all-reduce {gate.group(2)}")
+    for m in re.finditer(r"^\[hpc-launch\] straggler: rank (\d+) on (\S+) is ([\d.]+x) slower", log_text, re.M):
+        lines.append(f"  hosts     straggler: {m.group(2)} (rank {m.group(1)}, {m.group(3)} slower than the median rank)")
     bad = extra.get("bad_hosts") or bad_hosts_in(log_text)
     if bad:
         lines.append("  hosts     found bad: " + "; ".join(f"{h} ({why})" for h, why in bad.items())

@@ -21,6 +21,7 @@ def is_local(host: str | None) -> bool:
 EXIT_OK = 0
 EXIT_RESUMABLE = 75   # stopped for time at a complete checkpoint: the next chain link resumes
 EXIT_PREFLIGHT = 78   # the pre-flight gate found the job is not what was asked (EX_CONFIG): nothing trained
+EXIT_HANG = 124       # the watchdog ended a hung job (as timeout(1) does when its time is up)
 EXIT_SIGINT = 130
 EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143
@@ -110,6 +111,8 @@ ENV_PREFLIGHT_TIMEOUT = "HPC_LAUNCH_PREFLIGHT_TIMEOUT"  # seconds for every rank
 PREFLIGHT_TIMEOUT_S = 300.0  # ranks of a big job can take minutes to import torch on a shared filesystem
 PREFLIGHT_OK = "[hpc-launch] preflight ok: "
 PREFLIGHT_FAILED = "[hpc-launch] preflight failed: "
+HANG_PREFIX = "[hpc-launch] hang: "            # train/watchdog.py: which rank on which host stopped first
+STRAGGLER_PREFIX = "[hpc-launch] straggler: "  # ... and which rank is persistently slower than the others
 
 BAD_HOST_PREFIX = "[hpc-launch] bad host: "
 BAD_HOST_TTL_S = 24 * 3600.0  # a host is avoided this long after a job found it bad

@@ -169,3 +169,14 @@ def test_the_summary_lists_the_hosts_kept_off_trained_on_and_found_bad(tmp_path)
     lines = text.splitlines()
     assert "kept off n9" in text and "training on n1 n3" in text and "found bad: n2 (spares check" in text
     assert lines[-1].startswith("  log ")
+
+
+def test_the_summary_carries_the_gates_measure_and_the_stragglers(tmp_path):
+    from hpc_launch.follow import summary_block
+
+    log = ("[hpc-launch] preflight ok: 3 ranks on 3 hosts: ranks, threads, devices and interfaces as planned; "
+           "all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2); gate 1.2 s\n"
+           "[hpc-launch] straggler: rank 1 on pod2 is 2.3x slower than the median rank (its own data+forward 46 ms vs 20 ms per step; factor 1.5)\n")
+    text = summary_block(_record(tmp_path), log, JobState.DONE, 0)
+    assert "preflight 3 ranks on 3 hosts as planned in 1.2 s; all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2)" in text
+    assert "straggler: pod2 (rank 1, 2.3x slower than the median rank)" in text

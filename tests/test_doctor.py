@@ -26,6 +26,7 @@ def _never_runs_comment() -> str:
 
 # (fixture or text, cause key, facts, a piece of the evidence line, the line number or None)
 CASES = [
+    ("watchdog-hang-sigstop.log", "hang", {"exit_code": 124, "state": "failed"}, "hang: rank 1 on vm stopped: no heartbeat for", 56),
     ("preflight-rank-twice.log", "preflight", {"exit_code": 78, "state": "failed"},
      "preflight failed: vm: a rank started twice: rank 0 on vm and again on vm", 4),
     ("preflight-rank-twice-other.log", "preflight", {"exit_code": 78, "state": "failed"}, "rank 0 was started twice (again on vm)", 3),

@@ -145,6 +145,13 @@ def run(args) -> int:
     init_started = time.perf_counter()
     dist.init_distributed(info)
     group_at = time.time()
+    from . import watchdog
+
+    wd = watchdog.start(info)  # hangs and stragglers, watched from outside each rank's main thread
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    sync = acc.synchronize if acc.device_name() != "cpu" else (lambda: None)  # GPU work ends when it is done
     torch.manual_seed(args.seed)
     model = build_model(args.model, data.num_classes)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
@@ -184,15 +191,22 @@ def run(args) -> int:
             if step >= args.total_steps:
                 break
             loss_sum = torch.zeros((), device=device)
+            work = 0.0  # this rank's own part of the step (data + forward): no collective waits in it
             for _ in range(batch.accum):
+                t = time.perf_counter()
                 images, labels = next(batches)
                 logits = engine(images.to(device, dtype, non_blocking=True))
                 loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
+                if wd is not None:
+                    sync()
+                    work += time.perf_counter() - t
                 engine.backward(loss)
                 engine.step()
                 loss_sum += loss.detach()
             step += 1
             meter.step()
+            if wd is not None:
+                wd.progress(step, work)
             if step % args.log_every == 0 or step == args.total_steps:
                 mean_loss = loss_sum.float() / batch.accum
                 dcomm.all_reduce(mean_loss)
@@ -206,11 +220,14 @@ def run(args) -> int:
                 say(f"[hpc-train] start-up: process={started_at:.3f} imported={imported_at:.3f} process_group={group_at:.3f} "
                     f"deepspeed={ready_at:.3f} first_step={time.time():.3f}")
             if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
-                checkpoint.save(engine, args.checkpoint_dir, step, meta)
+                with watchdog.busy(wd):
+                    checkpoint.save(engine, args.checkpoint_dir, step, meta)
                 last_saved = step
             # asked every --log-every steps: one tiny all-reduce, and the log's steps line up with it
             if step < args.total_steps and step % args.log_every == 0 and stop.agreed(dcomm, device):
                 # the walltime is near: a complete checkpoint now, and an exit code that says "resume me"
+                if wd is not None:
+                    wd.stop()
                 if not args.checkpoint_dir:
                     say(f"[hpc-train] stopping for time at step {step} with no --checkpoint-dir: nothing to resume from")
                     return RESUMABLE_EXIT
@@ -220,6 +237,8 @@ def run(args) -> int:
                     f"(exit {RESUMABLE_EXIT})")
                 dcomm.barrier()
                 return RESUMABLE_EXIT
+    if wd is not None:
+        wd.stop()
     if args.checkpoint_dir and last_saved != step:
         checkpoint.save(engine, args.checkpoint_dir, step, meta)
     wall = time.perf_counter() - started

@@ -1,0 +1,89 @@
+"""The watchdog on the real testbed (issue 16), with real faults: a rank stopped with SIGSTOP in the
+middle of a 3-pod Slurm training is named with its pod, the live ranks' stacks are in the log and
+the job ends within the bound; a rank slowed by CPU hogs pinned beside it is named a straggler
+with its factor, in the log and the summary, and the training still ends done."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e_support import make_cli
+from hpc_launch.records import JobStore
+
+pytestmark = [pytest.mark.scheduler, pytest.mark.faults]
+
+TRAIN = "--model smallcnn --data synthetic --steps {steps} --micro-batch 8 --log-every 10 --no-eval"
+
+
+def _wait_for(path: Path, pattern: str, timeout: float) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        m = re.search(pattern, text, re.M)
+        if m:
+            return m
+        time.sleep(0.5)
+    raise AssertionError(f"{pattern!r} not in {path} after {timeout} s:\n{text[-3000:]}")
+
+
+def _pids(log: Path) -> dict:
+    """pod -> (rank, pid) of the ranks, from the entrypoint's `node POD: rank R of N, pid P` lines."""
+    found = re.findall(r"^\[hpc-train\] node (pod\d): rank (\d+) of \d+, pid (\d+)", log.read_text(), re.M)
+    return {pod: (int(rank), int(pid)) for pod, rank, pid in found}
+
+
+def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(hpc_launch_bin, testbed, shared_workdir):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    job = cli.submit("--cluster", "tb-slurm", "--nodes", "3", "--name", "hangs", "--walltime", "10m",
+                     "--env", "HPC_LAUNCH_HANG_S=10", "--train-args", TRAIN.format(steps=100000))
+    log = shared_workdir / f"hangs.o{job}"
+    _wait_for(log, r"^\[hpc-train\] step=20 ", 240)
+    rank, pid = _pids(log)["pod2"]
+    stopped = time.monotonic()
+    try:
+        subprocess.run(["kill", "-STOP", str(pid)], check=True)
+        ended = cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=120)
+        took = time.monotonic() - stopped
+    finally:
+        subprocess.run(["kill", "-CONT", str(pid)], capture_output=True)
+        subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    text = log.read_text()
+    assert ended == "failed", text[-3000:]
+    assert took < 10 + 40, took  # the bound, the watchdog's look, and Slurm ending the step
+    assert re.search(rf"^\[hpc-launch\] hang: rank {rank} on pod2 stopped: no heartbeat for \d+ s", text, re.M), text[-3000:]
+    assert len(re.findall(r"^\[hpc-launch\] stacks of rank \d+ on pod[13]", text, re.M)) == 2  # the live ranks' stacks
+    assert "in all_reduce" in text or "in wait" in text or "in backward" in text  # where the live ranks waited
+    doctor = cli("doctor", job, "--cluster", "tb-slurm")
+    assert "rank hung" in doctor.stdout or "hung:" in doctor.stdout, doctor.stdout
+    assert "pod2" in doctor.stdout
+    assert "pod2" in {b.host for b in JobStore().bad_hosts("tb-slurm")}
+
+
+def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hpc_launch_bin, testbed, shared_workdir):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    job = cli.submit("--cluster", "tb-slurm", "--nodes", "3", "--name", "slowpod", "--walltime", "10m",
+                     "--env", "HPC_LAUNCH_HANG_S=60", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
+                     "--train-args", TRAIN.format(steps=2500))
+    log = shared_workdir / f"slowpod.o{job}"
+    _wait_for(log, r"^\[hpc-train\] step=30 ", 240)
+    pids = _pids(log)
+    # the machine has two CPUs: pod1's and pod3's ranks on CPU 0, pod2's on CPU 1 beside 3 hogs
+    hogs = [subprocess.Popen(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"]) for _ in range(3)]
+    try:
+        for pod, (_, pid) in pids.items():
+            subprocess.run(["taskset", "-apc", "1" if pod == "pod2" else "0", str(pid)], check=True, capture_output=True)
+        m = _wait_for(log, r"^\[hpc-launch\] straggler: rank (\d+) on (pod\d) is ([\d.]+)x slower", 180)
+    finally:
+        for h in hogs:
+            h.send_signal(signal.SIGKILL)
+            h.wait()
+    assert m.group(2) == "pod2" and int(m.group(1)) == pids["pod2"][0] and float(m.group(3)) >= 1.4
+    assert cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=600) == "done", log.read_text()[-3000:]
+    summary = cli("logs", job, "--summary", check=True)
+    assert re.search(r"hosts     straggler: pod2 \(rank \d+, [\d.]+x slower", summary.stdout + summary.stderr), summary.stdout
