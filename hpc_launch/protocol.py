@@ -114,6 +114,28 @@ PREFLIGHT_FAILED = "[hpc-launch] preflight failed: "
 HANG_PREFIX = "[hpc-launch] hang: "            # train/watchdog.py: which rank on which host stopped first
 STRAGGLER_PREFIX = "[hpc-launch] straggler: "  # ... and which rank is persistently slower than the others
 
+# The job's own verdict: a rank that ends the job for a reason of its own (the gate, the watchdog)
+# writes its exit code to this file beside the log; the job script's exit trap reports that code,
+# since the launcher's would be a signal's (srun returns 143 once it has terminated the other ranks).
+VERDICT_SUFFIX = ".verdict"
+ENV_VERDICT = "HPC_LAUNCH_VERDICT"
+
+
+def report_verdict(code: int, env: "dict[str, str] | None" = None) -> None:
+    """Inside a job: the exit code the job ends with, whatever the launcher returns (first one wins)."""
+    import os
+
+    path = (env if env is not None else os.environ).get(ENV_VERDICT)
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:
+        return  # another rank said it first, or the directory is gone: the log still says why
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{code}\n")
+
+
 BAD_HOST_PREFIX = "[hpc-launch] bad host: "
 BAD_HOST_TTL_S = 24 * 3600.0  # a host is avoided this long after a job found it bad
 # ... and appends `HOST<TAB>REASON` to this file beside the log (the job script exports its path),

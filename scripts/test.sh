@@ -46,22 +46,19 @@ if [ $# -gt 0 ]; then  # a chosen subset, as asked
   rc=$?
 else
   # Two runs side by side, one per core: the tests that use the testbed, one at a time (it has
-  # 3 pods; two 2-node jobs together queue behind each other), and beside them everything else.
-  # (pytest-xdist's --dist loadgroup would do this in one run, but 3.8 under pytest 9 ignores
-  # the groups.) Fault injections take a pod or a daemon away, so they run alone at the end.
+  # 3 pods; two 2-node jobs together queue behind each other, and the fault injections take a pod
+  # or a daemon away), and beside them everything else. (pytest-xdist's --dist loadgroup would do
+  # this in one run, but 3.8 under pytest 9 ignores the groups.)
   rest_log=$(mktemp)
   "${pytest[@]}" -m "not scheduler" --durations=15 >"$rest_log" 2>&1 &
   rest=$!
-  "${pytest[@]}" -m "scheduler and not faults" --durations=15
+  "${pytest[@]}" -m scheduler --durations=15
   rc=$?
   wait "$rest"
   rc_rest=$?
   step "beside them: the unit and training tests"
   cat "$rest_log"
-  step "fault injections, one at a time"
-  "${pytest[@]}" -m faults --durations=5
-  rc_faults=$?
-  for r in "$rc_rest" "$rc_faults"; do [ "$rc" = 0 ] && rc=$r; done
+  [ "$rc" = 0 ] && rc=$rc_rest
 fi
 set -e
 step "done (pytest exit $rc)"

@@ -139,3 +139,17 @@ def test_only_a_rank_on_master_addrs_host_serves_the_store():
     # a second "rank 0" on another host must join the real store (and be caught), not serve its own
     assert preflight._is_here("127.0.0.1") and preflight._is_here("localhost")
     assert not preflight._is_here("192.0.2.1")  # TEST-NET-1: never this host's
+
+
+def test_a_build_lock_left_by_a_killed_op_build_is_removed_and_a_fresh_one_kept(tmp_path):
+    # torch's FileBaton waits forever on a `lock` file: every later job hung at "starting DeepSpeed"
+    old = tmp_path / "deepspeed_shm_comm" / "lock"
+    new = tmp_path / "cpu_adam" / "lock"
+    for lock in (old, new):
+        lock.parent.mkdir()
+        lock.touch()
+    import os
+
+    os.utime(old, (1000.0, 1000.0))
+    removed = dist.clear_stale_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path)}, now=1000.0 + dist.STALE_LOCK_S + 1)
+    assert removed == [str(old)] and not old.exists() and new.exists()

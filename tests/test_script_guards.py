@@ -135,3 +135,19 @@ def test_an_earlier_jobs_exit_code_file_is_not_this_jobs(tmp_path):
     assert read_exit_code(t, str(path), "train-new.sh") == 3
     path.write_text("0\n")  # written by an older hpc-launch: no name to compare
     assert read_exit_code(t, str(path), "train-new.sh") == 0
+
+
+@pytest.mark.parametrize("verdict, launcher_exit, job_exit", [(124, 143, 124), (78, 1, 78), (None, 143, 143), (124, 0, 0)])
+def test_the_job_ends_with_the_code_a_rank_reported_not_the_launchers(tmp_path, stubs, verdict, launcher_exit, job_exit):
+    """Seen on the testbed: the watchdog's rank exited 124, srun then terminated the other ranks and
+    returned 143, and the job was reported as killed by a SIGTERM nobody sent."""
+    import sys
+
+    report = f'"{sys.executable}" -c "from hpc_launch import protocol; protocol.report_verdict({verdict})"\n' if verdict else ""
+    (stubs / "mpiexec").write_text(f"#!/bin/sh\n{report}exit {launcher_exit}\n")
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("x1\nx2\n")
+    path = _script("polaris", tmp_path, stubs, nodes=2)
+    r = _run(path, tmp_path, stubs, PBS_JOBID="77.polaris-pbs-01", PBS_NODEFILE=str(nodefile), PYTHONPATH=str(Path(__file__).parents[1]))
+    assert r.returncode == job_exit, r.stderr
+    assert (tmp_path / "train.o77.exitcode").read_text().split()[0] == str(job_exit)

@@ -196,7 +196,8 @@ def test_one_array_script_gives_each_task_its_point(tmp_path, cluster, flags, va
     text = sub.prepared.script.text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     # the case block, run by bash: each index gets its point's arguments, quoted words intact
-    block = text[text.index('case "${' + var):text.index("esac") + 4]
+    start = text.index('case "${' + var)
+    block = text[start:text.index("esac", start) + 4]
     for i, point in enumerate(sub.points):
         out = subprocess.run(["bash", "-c", block + '\nprintf "%s\\n" "${HPC_LAUNCH_TRAIN_ARGS[@]}"'], env={var: str(first + i), "PATH": os.environ["PATH"]},
                              capture_output=True, text=True)

@@ -3,7 +3,7 @@ stopped first, when a job counts as hung, who is a straggler."""
 
 from __future__ import annotations
 
-from train.watchdog import Limits, Progress, hang_bound, stalled, stragglers
+from train.watchdog import WARMUP_STEPS, Limits, Progress, hang_bound, smoothed_work, stalled, stragglers
 
 NOW = 10_000.0
 
@@ -53,3 +53,15 @@ def test_limits_from_the_environment_with_sane_defaults():
     assert Limits.from_env({}) == Limits(300.0, 20.0, 1.5)
     assert Limits.from_env({"HPC_LAUNCH_HANG_S": "15", "HPC_LAUNCH_STRAGGLER_FACTOR": "2"}) == Limits(15.0, 20.0, 2.0)
     assert Limits.from_env({"HPC_LAUNCH_HANG_S": "soon"}).floor_s == 300.0
+
+
+def test_the_warm_up_steps_do_not_count_toward_a_rank_being_slow():
+    # seen on the testbed: a rank's first step (allocator, caches) took 110 ms against 6 ms after
+    work = 0.0
+    for step, took in enumerate([0.110, 0.090] + [0.006] * (WARMUP_STEPS - 2), start=1):
+        work = smoothed_work(work, step, took)
+    assert work == 0.0  # not known yet: stragglers() leaves the rank out
+    assert stragglers([_p(0, 10, NOW, work=work), _p(1, 10, NOW, work=0.006), _p(2, 10, NOW, work=0.006)], 1.5) == {}
+    work = smoothed_work(work, WARMUP_STEPS + 1, 0.006)
+    assert work == 0.006
+    assert smoothed_work(work, WARMUP_STEPS + 2, 0.016) == 0.8 * 0.006 + 0.2 * 0.016

@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+from hpc_launch import protocol
+
 from .ds_config import MONITORS, OFFLOADS, PRECISIONS
 from .errors import TrainError
 
@@ -91,6 +93,8 @@ def main(argv=None) -> int:
     except TrainError as err:
         if rank == 0 or getattr(err, "every_rank", False):  # one line, once per job (every rank finds the same error)
             print(f"error: {err.one_line()}", file=sys.stderr, flush=True)
+        if err.exit_code == protocol.EXIT_PREFLIGHT:
+            protocol.report_verdict(err.exit_code)
         return err.exit_code
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from hpc_launch import protocol
 
@@ -171,6 +171,7 @@ def init_distributed(info: RankInfo) -> None:
     from deepspeed.accelerator import get_accelerator
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    clear_stale_build_locks()
     acc = get_accelerator()
     on_cpu = acc.device_name() == "cpu"
     if not on_cpu:
@@ -190,6 +191,35 @@ def init_distributed(info: RankInfo) -> None:
         release_shm_workspace(info)
     if checked:
         preflight.probe(info, device=acc.current_device_name(), seconds=seconds)
+
+
+STALE_LOCK_S = 600.0  # an op builds in 1-3 minutes; a lock this old was left by a build that was killed
+
+
+def clear_stale_build_locks(env: Mapping[str, str] = os.environ, now: Optional[float] = None) -> List[str]:
+    """Remove JIT-build locks that a killed build left behind, so DeepSpeed's op load does not wait forever.
+
+    torch.utils.cpp_extension's FileBaton waits, with no timeout and no owner check, while a `lock`
+    file exists in the op's build dir: a build killed once (a cancelled job, a machine restart)
+    hung every later job of the environment at "starting DeepSpeed" (seen on the testbed)."""
+    import time as _time
+
+    root = env.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")
+    now = _time.time() if now is None else now
+    removed = []
+    for dirpath, _dirs, files in os.walk(root):
+        if "lock" in files:
+            lock = os.path.join(dirpath, "lock")
+            try:
+                age = now - os.stat(lock).st_mtime
+                if age > STALE_LOCK_S:
+                    os.unlink(lock)
+                    removed.append(lock)
+                    print(f"[hpc-train] removed a stale DeepSpeed op build lock {lock} ({age / 60:.0f} min old: its build was killed)",
+                          flush=True)
+            except OSError:
+                pass  # another rank removed it first
+    return removed
 
 
 def shm_workspace_name(rank: int, env: Mapping[str, str] = os.environ) -> str:

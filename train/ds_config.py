@@ -109,9 +109,12 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
         "zero_optimization": {"stage": zero},
         "wall_clock_breakdown": False,
     }
-    if on_cpu and offload == "none":
-        # DeepSpeed's FusedAdam is a JIT-compiled op (tens of seconds cold); torch's AdamW is as fast on CPU.
+    if on_cpu:
+        # DeepSpeed's FusedAdam and CPUAdam are JIT-compiled ops (a minute cold); on a CPU-only run
+        # torch's AdamW does the same work where the parameters already are, with nothing to build.
         cfg["optimizer"]["params"]["torch_adam"] = True
+        if offload != "none":
+            cfg["zero_force_ds_cpu_optimizer"] = False  # ZeRO-Offload otherwise insists on CPUAdam
     zero_cfg = cfg["zero_optimization"]
     if zero >= 2:
         zero_cfg.update({"overlap_comm": not on_cpu, "contiguous_gradients": True,

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from hpc_launch import protocol
 
@@ -39,6 +39,7 @@ from .dist import RankInfo
 _KEY = "hpc-launch/watchdog"
 PUBLISH_EVERY_S = 1.0
 STRAGGLER_LOOKS = 3
+WARMUP_STEPS = 10  # the first steps build caches and allocators: their time says nothing about the rank
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,14 @@ def stalled(progress: List[Progress], now: float, bound: float) -> Optional[Prog
     return min(progress, key=lambda p: (p.step, p.at))
 
 
+def smoothed_work(previous: float, step: int, work_s: float) -> float:
+    """A rank's own work per step as a moving average; 0 (not known yet) through the warm-up steps,
+    whose first-call costs once named a healthy rank 8x slower than the others."""
+    if step <= WARMUP_STEPS:
+        return 0.0
+    return work_s if not previous else 0.8 * previous + 0.2 * work_s
+
+
 def stragglers(progress: List[Progress], factor: float) -> Dict[int, float]:
     """Ranks whose own work per step is above `factor` x the median rank's: rank -> how many times."""
     work = [p.work_s for p in progress if p.work_s > 0]
@@ -159,7 +168,7 @@ class Watchdog:
                 self.step_times.append((now - self.at) / max(1, step - self.step))
                 del self.step_times[:-50]
             self.step, self.at = step, now
-            self.work_s = work_s if not self.work_s else 0.8 * self.work_s + 0.2 * work_s
+            self.work_s = smoothed_work(self.work_s, step, work_s)
         if now - self._published >= PUBLISH_EVERY_S:
             self._publish(now)
 
@@ -209,10 +218,10 @@ class Watchdog:
                 if now - self._store_silent_since > self.limits.floor_s and self.info.local_rank == 0:
                     self._end(f"rank 0 on {os.environ.get('MASTER_ADDR', '?')} (the rendezvous store there stopped answering "
                               f"for {now - self._store_silent_since:.0f} s: rank 0's process is stopped or its host froze)",
-                              host=os.environ.get("MASTER_ADDR", "?"), announce=True)
+                              announce=True)
                 continue
             if verdict:
-                self._end(verdict, host=None, announce=False)
+                self._end(verdict, announce=False)
             self._check(progress, now)
 
     def _check(self, progress: List[Progress], now: float) -> None:
@@ -230,7 +239,7 @@ class Watchdog:
                 if self.store.compare_set(f"{self.prefix}/hang", "", line).decode() == line:
                     if len({p.host for p in progress}) > 1:  # on one host there is no other to move to
                         _say(protocol.report_bad_host(culprit.host, f"watchdog: rank {culprit.rank} {why}"))
-                    self._end(line, host=culprit.host, announce=True)
+                    self._end(line, announce=True, others=[p.rank for p in live if p.rank != self.info.rank])
             return
         if self.info.rank != min(p.rank for p in progress if now - p.beat <= max(self.poll_s * 3, 10)):
             return
@@ -248,15 +257,28 @@ class Watchdog:
                      f"(its own data+forward {p.work_s * 1000:.0f} ms vs {median * 1000:.0f} ms per step; "
                      f"factor {self.limits.straggler})")
 
-    def _end(self, line: str, *, host: Optional[str], announce: bool) -> None:
-        """Dump this rank's stacks, say the verdict (once, by the rank that found it) and leave."""
+    def _end(self, line: str, *, announce: bool, others: Sequence[int] = ()) -> None:
+        """Dump this rank's stacks, say the verdict (once, by the rank that found it) and leave.
+
+        The rank that found it waits (briefly) until the other live ranks have dumped theirs: its
+        own exit makes the launcher end the rest, and a rank ended first leaves no stacks."""
         _say(f"[hpc-launch] stacks of rank {self.info.rank} on {self.host} (pid {os.getpid()}):")
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stdout.flush()
         if announce:
             _say(f"{protocol.HANG_PREFIX}{line}")
+            keys = [f"{self.prefix}/dumped/{r}" for r in others]
+            deadline = time.time() + 2 * self.poll_s + 5
+            while keys and time.time() < deadline:
+                with contextlib.suppress(Exception):
+                    if self.store.check(keys):
+                        break
+                time.sleep(0.2)
         else:
-            time.sleep(1.0)  # let the rank that announced finish its lines first
-        sys.stdout.flush()
+            with contextlib.suppress(Exception):
+                self.store.set(f"{self.prefix}/dumped/{self.info.rank}", "1")
+            time.sleep(1.0)  # the rank that announced exits first: the launcher reports it as the cause
+        protocol.report_verdict(protocol.EXIT_HANG)
         # A stopped rank ignores the launcher's SIGTERM (DeepSpeed's launcher then waits 30 s per
         # rank before SIGKILL): end the frozen ranks of this host now, as the job is ending anyway.
         for pid in self._frozen_here:

@@ -25,7 +25,8 @@ from .. import dialects
 from ..dialects import Dialect, StatusInfo
 from ..errors import HpcLaunchError
 from ..logs import read_exit_code
-from ..protocol import BAD_HOST_TTL_S, EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST, parse_bad_hosts_file
+from ..protocol import (BAD_HOST_TTL_S, EXIT_HANG, EXIT_PREFLIGHT, EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST,
+                        parse_bad_hosts_file)
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -58,6 +59,10 @@ def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
         return "ended without writing its exit code (node lost or killed with SIGKILL)"
     if code == EXIT_RESUMABLE:
         return "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
+    if code == EXIT_HANG:
+        return "a rank hung and the watchdog ended the job: `hpc-launch doctor` names the rank and host (its stacks are in the log)"
+    if code == EXIT_PREFLIGHT:
+        return "the pre-flight gate found the job was not what was asked, so nothing trained: `hpc-launch doctor` names the host and the fix"
     return ""
 
 
@@ -99,7 +104,8 @@ def _decide(dialect: Dialect, run: Callable[[List[str]], Any], transport: Transp
             return Outcome(JobState.TIMEOUT, code, info.raw, exit_hint(JobState.TIMEOUT, code, rec))
         if state == JobState.FAILED and cancel_requested(rec) and code in (None, EXIT_SIGTERM, EXIT_SIGKILL):
             state = JobState.CANCELLED
-        return Outcome(state, code if code is not None else info.exit_code, info.raw, info.comment)
+        code = code if code is not None else info.exit_code
+        return Outcome(state, code, info.raw, info.comment or exit_hint(state, code, rec))
     if code is None and info is None:
         acct = dialect.accounting(run, rec.job_id)
         if acct is not None and not acct.active:

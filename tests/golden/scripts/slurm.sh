@@ -19,7 +19,20 @@ HPC_LAUNCH_LOG="$WORKDIR"/train.o"${JOB_NUM}"
 # The exit code lands beside the log, so the job's end is known after the scheduler forgets it;
 # the script's name beside it tells this job's file from an earlier job's with the same number.
 HPC_LAUNCH_SCRIPT=train-20260101-000000-000.sh
-trap 'echo "$?" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"' EXIT
+# A rank that ended the job for its own reason (the gate, the watchdog) left its code in $HPC_LAUNCH_VERDICT:
+# that code, not the launcher's, is the job's.
+HPC_LAUNCH_VERDICT="$HPC_LAUNCH_LOG.verdict"
+export HPC_LAUNCH_VERDICT
+rm -f "$HPC_LAUNCH_VERDICT"
+hpc_launch_exit() {
+  rc=$1
+  if [ "$rc" != 0 ] && read -r verdict 2>/dev/null <"$HPC_LAUNCH_VERDICT"; then
+    case $verdict in [1-9] | [1-9][0-9] | 1[0-9][0-9]) rc=$verdict ;; esac
+  fi
+  echo "$rc" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"
+  exit "$rc"
+}
+trap 'hpc_launch_exit "$?"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 # The trainer checkpoints and stops by itself before the scheduler's kill (exit 75: resumable);
