@@ -1,17 +1,14 @@
 """hpc-launch: render, submit and follow DeepSpeed batch jobs on named clusters."""
 
+# The `hpc-launch` command: Ctrl-C before any command ran ends quietly (exit 130), not with a
+# traceback of the imports (hpc_launch.cli hands Ctrl-C back to Python once it runs). This is the
+# first statement of the package and uses only built-in modules (no file lookup, no `enum` import
+# of `signal.py`), so the window in which Ctrl-C still lands in our code is a few bytecodes wide.
+import sys as _sys
+
+if _sys.argv and _sys.argv[0].rsplit("/", 1)[-1] == "hpc-launch":
+    import _signal
+
+    _signal.signal(_signal.SIGINT, lambda signum, frame: _sys.exit(130))  # HANDLER-INSTALLED
+
 __version__ = "0.1.0"
-
-
-def _quiet_interrupt_while_starting() -> None:
-    """The `hpc-launch` command: Ctrl-C before any command ran ends quietly (exit 130), not with a
-    traceback of the imports (hpc_launch.cli hands Ctrl-C back to Python once it runs)."""
-    import os
-    import signal
-    import sys
-
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "hpc-launch":
-        signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))
-
-
-_quiet_interrupt_while_starting()

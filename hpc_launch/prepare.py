@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from . import dialects, profiles
 from .errors import HpcLaunchError
-from .protocol import LOCAL_HOST, SCRIPT_DIR, is_local
+from .capsule import snapshot
+from .protocol import CAPSULE_CODE, LOCAL_HOST, capsule_relpath, is_local
 from .render import JobScript, render
 from .spec import JobSpec, ResolvedJob, resolve
 
@@ -24,8 +25,11 @@ if TYPE_CHECKING:
 class Prepared:
     script: JobScript
     host: str  # where the submit command runs: "localhost" or an ssh alias
-    # (local file, path relative to the work dir): the user's --script, sent along over SSH
+    # (local file, path relative to the work dir): the snapshot of the user's --script and the
+    # code beside it, written into the job's capsule (hpc_launch/capsule.py); the job runs that copy
     uploads: Tuple[Tuple[str, str], ...] = ()
+    # (path on the cluster, path relative to the work dir): a --script only the cluster has, copied there
+    remote_code: Optional[Tuple[str, str]] = None
 
     @property
     def job(self) -> ResolvedJob:
@@ -42,7 +46,13 @@ class Prepared:
 
         cmd = shlex.join(self.script.submit_argv)
         where = "" if self.host == LOCAL_HOST else f"[on {self.host} over ssh] "
-        sends = "".join(f"# upload: {local} -> {self.job.workdir}/{rel}\n" for local, rel in self.uploads)
+        sends = ""
+        if self.uploads:
+            local, rel = self.uploads[0]
+            others = f" and {len(self.uploads) - 1} file(s) beside it" if len(self.uploads) > 1 else ""
+            sends = f"# capsule: {local}{others} -> {self.job.workdir}/{os.path.dirname(rel)}/ (the job runs this copy)\n"
+        elif self.remote_code:
+            sends = f"# capsule: {self.remote_code[0]} -> {self.job.workdir}/{self.remote_code[1]} (copied there; the job runs the copy)\n"
         chain = "".join(f"\n# then link {link}: {shlex.join(self.script.link(link).held_submit_argv(f'<job of link {link - 1}>'))}"
                         for link in range(2, self.job.chain + 1))
         return f"{sends}# submit: {where}cd {path_expr(self.job.workdir)} && {cmd}{chain}"
@@ -102,16 +112,31 @@ def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[
             note(f"{profile.dialect} cannot exclude hosts, and earlier jobs found {names} bad: --spares K holds K extra "
                  f"nodes and trains on those that pass the start-up check")
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-    uploads: Tuple[Tuple[str, str], ...] = ()
-    script = spec.script
-    if script and host != LOCAL_HOST and os.path.isfile(os.path.expanduser(script)):
-        # the user's script is on this machine: it goes with the job, into the job's own folder
-        local = os.path.abspath(os.path.expanduser(script))
-        script = f"{SCRIPT_DIR}/{stamp}-{os.path.basename(local)}"
-        uploads = ((local, script),)
-    elif script and host == LOCAL_HOST:
-        script = os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(script)))
+    script, uploads, remote_code, import_from = _capsule_code(spec, host, cwd, capsule_relpath(spec.name, stamp), note)
     # the caller's spec stays as it was
     spec = replace(spec, workdir=job_workdir(spec, host, cwd), script=script)
-    job = resolve(spec, profile, cwd=cwd, host=host)
-    return Prepared(script=render(job, stamp=stamp), host=host, uploads=uploads)
+    job = replace(resolve(spec, profile, cwd=cwd, host=host), import_from=import_from)
+    return Prepared(script=render(job, stamp=stamp), host=host, uploads=uploads, remote_code=remote_code)
+
+
+def _capsule_code(spec: JobSpec, host: str, cwd: Optional[str], capsule: str, note: Callable[[str], Any]
+                  ) -> Tuple[Optional[str], Tuple[Tuple[str, str], ...], Optional[Tuple[str, str]], Optional[str]]:
+    """Where the job finds the user's --script: a copy in its capsule, so every chain link and
+    requeue runs what was submitted. (script as the job names it, files to send, a file to copy
+    on the cluster, a directory the job imports the script's neighbours from.)"""
+    if not spec.script:
+        return None, (), None, None
+    code = f"{capsule}/{CAPSULE_CODE}"
+    local = os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(spec.script)))
+    if host == LOCAL_HOST or os.path.isfile(local):
+        if not os.path.isfile(local):
+            return local, (), None, None  # named as given: the inputs check says it is missing
+        files, whole = snapshot(local)
+        if not whole:
+            note(f"the code beside --script {local} is more than a job takes along ({os.path.dirname(local)} is big): "
+                 "the job runs a copy of the script and imports the modules beside it from where they are")
+        return (f"{code}/{files[0].rel}", tuple((f.local, f"{code}/{f.rel}") for f in files), None,
+                None if whole else os.path.dirname(local))
+    # only the cluster has it: copied there into the capsule; its neighbours are imported where they are
+    name = spec.script.rstrip("/").rsplit("/", 1)[-1]
+    return f"{code}/{name}", (), (spec.script, f"{code}/{name}"), os.path.dirname(spec.script) or "."

@@ -6,6 +6,8 @@ the code that reads what it leaves behind cannot drift apart.
 
 from __future__ import annotations
 
+from . import capsule_probe
+
 # Where a command runs when it runs on this machine (a record's `host`, a transport's name).
 LOCAL_HOST = "localhost"
 # What a user may write for "this machine" (--login, a record's host).
@@ -30,6 +32,20 @@ EXIT_SIGTERM = 143
 EXIT_FILE_SUFFIX = ".exitcode"  # `CODE SCRIPT_PATH`, written by the script's EXIT trap
 LIVE_LOG_SUFFIX = ".live"       # the tee'd copy where a site's own log appears only at the end
 SCRIPT_DIR = ".hpc-launch"      # the job's scripts, inside its work dir
+
+# ---- a job's capsule (hpc_launch/capsule.py): what was submitted and what each start found ----
+CAPSULE_DIR = f"{SCRIPT_DIR}/capsules"  # WORKDIR/.hpc-launch/capsules/NAME-STAMP/
+CAPSULE_MANIFEST = "capsule.json"       # written at submit: code, git state, resolved profile
+CAPSULE_CODE = "code"                   # the snapshot of a --script and its sibling modules; the job runs this copy
+CAPSULE_GIT_DIFF = "git.diff"           # uncommitted changes of the code's repository at submit
+CAPSULE_PROBE = "probe.py"              # hpc_launch/capsule_probe.py, copied: runs in the job with any Python
+# one line per start (a chain link, a requeue): what the job found; the probe owns the names, it runs without us
+CAPSULE_RUNS, CAPSULE_NOTE = capsule_probe.RUNS, capsule_probe.NOTE
+
+
+def capsule_relpath(job_name: str, stamp: str) -> str:
+    """A job's capsule, relative to its work dir; every link of a chain shares it (not named after a link's script)."""
+    return f"{CAPSULE_DIR}/{job_name}-{stamp}"
 
 
 def exit_path_for(log_path: str) -> str:

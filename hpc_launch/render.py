@@ -90,6 +90,11 @@ class JobScript:
     def script_relpath(self) -> str:
         return f"{SCRIPT_DIR}/{self.script_name}"
 
+    @property
+    def capsule_relpath(self) -> str:
+        """What was submitted, shared by every link of a chain (hpc_launch/capsule.py)."""
+        return protocol.capsule_relpath(self.job.name, self.stamp)
+
     def link(self, link: int) -> "JobScript":
         """Link `link` (2, 3, ...) of a chain: the same script under its own name."""
         name = link_script_name(self.script_name, link)
@@ -255,6 +260,8 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         ds_env_keys=[Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))],
         hosts=job.hosts,
         net_if=p.net_if,
+        capsule=q(protocol.capsule_relpath(job.name, stamp)),
+        import_from=path_expr(job.import_from) if job.import_from else None,
     )
     text = _render_template(dialect.template, context)
     return JobScript(text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags,

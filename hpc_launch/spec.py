@@ -110,6 +110,7 @@ class ResolvedJob:
     chain: int = 1
     exclude: List[str] = field(default_factory=list)  # kept off by the scheduler (dialect.exclude_flags), or dropped from --hosts
     spares: int = 0  # allocated beyond `nodes`; the job script keeps the first `nodes` that pass its check
+    import_from: Optional[str] = None  # where the job imports a --script's neighbours the capsule could not take (hpc_launch/capsule.py)
 
     @property
     def alloc_nodes(self) -> int:

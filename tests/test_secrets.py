@@ -184,11 +184,13 @@ def test_submit_writes_the_file_first_and_keeps_the_value_off_argv_and_env(clust
     rec = submit(prepare(spec, stamp=STAMP), transport=t, store=store)
 
     kinds = [c[0] for c in t.calls]
-    assert kinds == ["put_text", "put_private", "run"], kinds  # the file exists before the scheduler has the job
-    secrets_path = t.calls[1][1]
+    # the capsule's files and the script, then the secrets: the file exists before the scheduler has the job
+    assert kinds[-2:] == ["put_private", "run"] and set(kinds[:-2]) == {"put_text"}, kinds
+    assert rec.script_path in [c[1] for c in t.calls[:-2]]
+    secrets_path = t.calls[-2][1]
     assert secrets_path == secrets.path_for(rec.script_path) == f"{tmp_path}/.hpc-launch/train-{STAMP}.secrets"
     assert t.files[secrets_path] == secrets.encode({"MY_TOKEN": SECRET})
-    _, argv, env, stdin = t.calls[2]
+    _, argv, env, stdin = t.calls[-1]
     assert not any("s3cr3t" in a for a in argv) and "-v" not in argv
     assert env == {"MY_TOKEN": None}, "the submit command must run without the variable"
     assert stdin is None

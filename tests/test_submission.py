@@ -80,7 +80,7 @@ def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, serv
         assert len(scripts) == 1
         _same_but_stamp(dry.stdout, scripts[0].read_text())
         # the script went with the job, and the job ran it
-        sent = list((Path.home() / remote / ".hpc-launch").glob("*-mine.py"))
+        sent = list((Path.home() / remote / ".hpc-launch" / "capsules").glob("*/code/mine.py"))
         assert len(sent) == 1 and sent[0].read_text() == "print('my own script ran')\n"
         job_id = real.stdout.strip()
         log = Path.home() / remote / f"train.o{job_id}"

@@ -1,4 +1,4 @@
-"""Commands about recorded jobs: logs, status, list, adopt, cancel, doctor, report."""
+"""Commands about recorded jobs: logs, status, list, adopt, cancel, show, doctor, report."""
 
 from __future__ import annotations
 
@@ -110,6 +110,25 @@ def cancel(
     from ..records import JobStore
 
     sys.stderr.write("\n".join(cancel_ident(JobStore(), job_id, cluster)) + "\n")
+
+
+@app.command()
+def show(
+    job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=complete_jobs),
+    as_json: bool = typer.Option(False, "--json", help="everything recorded: the whole profile and every package"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+) -> None:
+    """What was submitted (the code the job runs, its git state, the resolved profile) and what each start of the job found (Python, packages, modules)."""
+    from ..capsule import as_json as capsule_json, describe
+    from ..jobs import capsule_of, lookup
+    from ..records import JobStore
+
+    target = lookup(JobStore(), job_id, cluster)
+    found = capsule_of(target.records[0])
+    if as_json:
+        print_json(capsule_json(found))
+    else:
+        sys.stdout.write("\n".join(describe(found)) + "\n")
 
 
 @app.command()

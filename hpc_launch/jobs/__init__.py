@@ -6,7 +6,7 @@
   groups      chains, job arrays, sweeps: which jobs an id names
   state       who decides a job's state, refresh(), a follower's state_poller()
   cancel      cancel() a job, cancel_group() a sweep's or an array's jobs
-  logfile     a job's whole log, wherever it ran
+  logfile     a job's whole log and its capsule, wherever it ran
 
 Data flows one way: prepare.Prepared -> submission -> placing -> records; state and cancel read
 records and ask the scheduler through the record's dialect.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .cancel import CancelResult, cancel, cancel_group, cancel_ident
 from .connect import TransportFor, transport_for
-from .logfile import log_text_or_empty, read_whole_log
+from .logfile import capsule_of, log_text_or_empty, read_whole_log
 from .groups import chain_links, find_jobs, group_members, lookup, submit_array
 from .placing import NotRecorded, record_for, run_submit, signals_held
 from .state import NeverRuns, Outcome, exit_hint, query, refresh, refresh_is_cheap, state_from_exit_code, state_poller
@@ -25,5 +25,6 @@ from .submission import adopt, submit
 __all__ = [
     "CancelResult", "cancel", "cancel_group", "cancel_ident", "TransportFor", "transport_for", "chain_links", "find_jobs",
     "group_members", "lookup", "submit_array", "NotRecorded", "record_for", "run_submit", "signals_held", "NeverRuns",
-    "Outcome", "exit_hint", "query", "refresh", "refresh_is_cheap", "state_from_exit_code", "state_poller", "adopt", "submit", "log_text_or_empty", "read_whole_log",
+    "Outcome", "exit_hint", "query", "refresh", "refresh_is_cheap", "state_from_exit_code", "state_poller", "adopt", "submit", "capsule_of", "log_text_or_empty",
+    "read_whole_log",
 ]

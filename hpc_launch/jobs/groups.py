@@ -34,7 +34,7 @@ def submit_link(transport: Transport, store: JobStore, prepared: "Prepared", dia
                         script_relpath=script.script_relpath, script_text=script.text, sleep=sleep)
     record = record_for(prepared.job.profile, dialect, job_id=job_id, host=first.host, name=first.name, workdir=workdir,
                         script_path=script_path, submit_argv=argv)
-    record.extra = {**record.extra, "chain": first.job_id, "link": link, "links": first.extra["links"]}
+    record.extra = {**record.extra, "chain": first.job_id, "link": link, "links": first.extra["links"], "capsule": first.extra.get("capsule")}
     if prepared.job.exclude:
         record.extra["excluded"] = list(prepared.job.exclude)
     add_or_explain(store, record, prepared)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..logs import LogTail
 from ..records import JobRecord
 from .connect import transport_for
+
+if TYPE_CHECKING:
+    from ..capsule import Capsule
 
 
 def read_whole_log(record: JobRecord) -> str:
@@ -24,3 +29,10 @@ def log_text_or_empty(record: JobRecord) -> str:
         return read_whole_log(record)
     except FileNotFoundError:
         return ""
+
+
+def capsule_of(record: JobRecord) -> "Capsule":
+    """What was submitted as `record`, and what each of its starts found (`hpc-launch show`)."""
+    from ..capsule import load
+
+    return load(record, transport_for(record.host))

@@ -133,10 +133,11 @@ def check_inputs(transport: Transport, prepared: "Prepared", workdir: str) -> No
     if job.venv and transport.size(f"{transport.resolve_path(job.venv)}/bin/activate") is None:
         raise SpecError(f"--venv {job.venv}: there is no {job.venv}/bin/activate {where}",
                         hint=f"create it {where} (python3 -m venv {job.venv} && {job.venv}/bin/pip install 'hpc-launch[train]') or pass another --venv")
-    if job.script and not prepared.uploads:
-        path = job.script if job.script.startswith(("/", "~")) else f"{workdir}/{job.script}"
+    script = prepared.remote_code[0] if prepared.remote_code else None if prepared.uploads else job.script
+    if script:
+        path = script if script.startswith(("/", "~")) else f"{workdir}/{script}"
         if transport.size(transport.resolve_path(path)) is None:
-            raise SpecError(f"--script {job.script}: no such file {where}", hint="give the path of your training script as the job will see it")
+            raise SpecError(f"--script {script}: no such file {where}", hint="give the path of your training script as the job will see it")
 
 
 def opened(prepared: "Prepared", store: Optional[JobStore], transport: Optional[Transport]) -> Tuple[JobStore, Transport, bool]:
@@ -189,3 +190,13 @@ def discard(transport: Transport, path: Optional[str]) -> None:
     except Exception as exc:  # a lost connection: the user must know a file was left
         sys.stderr.write(f"hpc-launch: warning: could not remove {path} on {transport.host} ({exc}): remove it yourself\n")
 
+
+
+def discard_empty_dirs(transport: Transport, directory: str) -> None:
+    """Remove the directories a failed submit created under `directory` (the job's own, so
+    unique to it) and their parent when that is empty now; a file in them keeps them."""
+    script = 'find "$1" -depth -type d -empty -delete 2>/dev/null; rmdir -- "$(dirname -- "$1")" 2>/dev/null; true'
+    try:
+        transport.run(["sh", "-c", script, "sh", directory])
+    except Exception:  # nothing but empty directories is at stake; the original error is the news
+        pass

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import TYPE_CHECKING, Callable, List, Optional
 
-from .. import dialects, secrets
+from .. import capsule, dialects, secrets
 from ..dialects import Dialect
 from ..errors import SpecError
+from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
 from ..transport.base import Transport
 from .groups import submit_link
-from .placing import NotRecorded, add_or_explain, discard, opened, placed, record_for, run_submit, signals_held, write
+from .placing import NotRecorded, add_or_explain, discard, discard_empty_dirs, opened, placed, record_for, run_submit, signals_held, write
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
@@ -33,18 +35,12 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
     try:
         workdir, script_path = placed(transport, prepared)
         written: List[str] = []
+        recorded = False
         # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
         # the submit command runs without them, so no scheduler keeps a copy
         secrets_path = secrets.path_for(script_path) if job.pass_env else None
         try:
-            for local_path, relpath in prepared.uploads:
-                try:
-                    with open(local_path, encoding="utf-8") as fh:
-                        text = fh.read()
-                except (OSError, UnicodeDecodeError) as exc:
-                    raise SpecError(f"--script {local_path}: cannot send it with the job ({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
-                                    hint="give a Python script, or the path of one already on the cluster") from None
-                write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
+            capsule_dir = write_capsule(transport, prepared, workdir, written)
             write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
             if secrets_path:
                 written.append(secrets_path)  # first: a write that fails halfway is removed too
@@ -54,11 +50,13 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
                                     env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
                 record = record_for(profile, dialect, job_id=job_id, host=prepared.host, name=job.name, workdir=workdir,
                                     script_path=script_path, submit_argv=prepared.script.submit_argv)
+                record.extra = {**record.extra, "capsule": capsule_dir}
                 if job.chain > 1:
                     record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
                 if job.exclude:  # kept off by the scheduler: the summary says so
                     record.extra = {**record.extra, "excluded": list(job.exclude)}
                 add_or_explain(store, record, prepared)
+                recorded = True
                 if on_recorded is not None:
                     on_recorded(record)
                 previous = job_id
@@ -70,6 +68,8 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
         except BaseException:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
             for path in reversed(written):
                 discard(transport, path)
+            if not recorded:  # links recorded share the capsule; none was: it goes too
+                discard_empty_dirs(transport, f"{workdir}/{prepared.script.capsule_relpath}")
             raise
         if caught:
             raise KeyboardInterrupt  # after the record: the job is known, the interrupt still counts
@@ -77,6 +77,38 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
     finally:
         if own_transport:
             transport.close()
+
+
+def write_capsule(transport: Transport, prepared: "Prepared", workdir: str, written: List[str]) -> str:
+    """The job's capsule where it will run (hpc_launch/capsule.py): the code it runs, what was
+    submitted, and the probe each start runs. Returns its directory."""
+    directory = f"{workdir}/{prepared.script.capsule_relpath}"
+    source = None
+    for i, (local_path, relpath) in enumerate(prepared.uploads):
+        try:
+            with open(local_path, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            if i:
+                continue  # a file beside the script that is not text: not code the job imports
+            raise SpecError(f"--script {local_path}: cannot send it with the job ({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
+                            hint="give a Python script, or the path of one already on the cluster") from None
+        write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
+    if prepared.remote_code:
+        source, relpath = prepared.remote_code
+        source = transport.resolve_path(source if source.startswith(("/", "~")) else f"{workdir}/{source}")
+        target = f"{workdir}/{relpath}"
+        written.append(target)
+        copied = transport.run(["sh", "-c", 'mkdir -p -- "$(dirname -- "$2")" && cp -- "$1" "$2"', "sh", source, target])
+        if copied.rc != 0:
+            raise SpecError(f"--script {source}: cannot copy it into the job's capsule on {prepared.host} ({copied.err.strip() or copied.rc})",
+                            hint="pass --workdir with a directory you can write, with free space")
+    manifest, diff = capsule.manifest(prepared, source)
+    write(transport, f"{directory}/{CAPSULE_MANIFEST}", json.dumps(manifest, indent=1, sort_keys=True) + "\n", 0o644, written, prepared.host)
+    if diff:
+        write(transport, f"{directory}/{CAPSULE_GIT_DIFF}", diff, 0o644, written, prepared.host)
+    write(transport, f"{directory}/{CAPSULE_PROBE}", capsule.probe_source(), 0o644, written, prepared.host)
+    return directory
 
 
 def adopt(store: JobStore, profile: Profile, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> JobRecord:

@@ -100,3 +100,34 @@ def test_a_requeued_slurm_job_resumes_and_ends_done(hpc_launch_bin, testbed, sha
     assert re.search(r"resumed from .*global_step\d+ at step \d+", text), text[-3000:]
     assert "step=300 " in text
     assert cli.wait_state(job, {"done"}, timeout=60) == "done"
+
+
+@pytest.mark.parametrize("cluster, path_first", [("tb-slurm", None), ("tb-pbs-mpi", "HPC_TESTBED_PBS_BIN"), ("tb-sge", None)])
+def test_every_link_of_a_chain_runs_the_submitted_code_however_the_files_change(hpc_launch_bin, testbed, shared_workdir, cluster, path_first):
+    """The job capsule: the script and its neighbour are edited once the chain is submitted (before
+    its first link imports anything); both links still run what was submitted, and the second
+    link's start finds what the first found (hpc-launch show)."""
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[path_first] if path_first else None)
+    code = shared_workdir / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.1)\n"
+                                   "import helper\nprint('capsule says', helper.X, 'script v1', flush=True)\n")
+    (code / "helper.py").write_text("X = 'submitted'\n")
+    r = cli("submit", "--cluster", cluster, "--nodes", "1", "--name", "cap", "--walltime", "5m", "--chain", "2",
+            "--script", "code/train.py", "--train-args", "", check=True)
+    first = r.stdout.strip().splitlines()[0]
+    (code / "helper.py").write_text("X = 'edited'\n")
+    (code / "train.py").write_text("print('the edited script ran')\n")
+    (shared_workdir / "go").touch()
+    ids = [j["job_id"] for j in sorted((j for j in json.loads(cli("list", "--json", check=True).stdout) if j["name"] == "cap"),
+                                       key=lambda j: j["submit_time"])]
+    assert len(ids) == 2 and ids[0] == first
+    for job in ids:
+        assert cli.wait_state(job, {"done", "failed", "timeout", "cancelled"}, timeout=300) == "done"
+    logs = [(shared_workdir / f"cap.o{job.split('.')[0]}").read_text() for job in ids]
+    for text in logs:
+        assert "capsule says submitted script v1" in text and "edited" not in text, text[-2000:]
+    assert f"capsule: job {ids[1]} runs what job {ids[0]} ran" in logs[1], logs[1][-2000:]
+    shown = json.loads(cli("show", ids[1], "--json", check=True).stdout)
+    assert [run["job_id"] for run in shown["runs"]] == ids
+    assert shown["manifest"]["chain"] == 2 and shown["manifest"]["profile"]["name"] == cluster

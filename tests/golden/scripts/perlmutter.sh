@@ -64,6 +64,13 @@ if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORC
 export FI_MR_CACHE_MONITOR=userfaultfd
 set -u
 
+# --- the capsule: what this start of the job found, beside what was submitted (`hpc-launch show JOB`) ---
+HPC_LAUNCH_CAPSULE="$WORKDIR"/.hpc-launch/capsules/train-20260101-000000-000
+HPC_LAUNCH_MODULES=$(set +u; { type module >/dev/null 2>&1 && module -t list; } 2>&1 | head -n 200) || true
+HPC_LAUNCH_MODULES="$HPC_LAUNCH_MODULES" python "$HPC_LAUNCH_CAPSULE"/probe.py "$HPC_LAUNCH_CAPSULE" "$JOB_ID" \
+  || echo "[hpc-launch] warning: could not record what this job found in its capsule (the job goes on)" >&2
+unset HPC_LAUNCH_MODULES
+
 # The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
 # launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
 HPC_TRAIN=$(cd / && python -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \

@@ -1,0 +1,249 @@
+"""A job's capsule: what was submitted, kept with the job, so every chain link and requeue runs it.
+
+WORKDIR/.hpc-launch/capsules/NAME-STAMP/ holds
+- code/: a snapshot of the user's --script and the modules beside it that it can import (the
+  job runs this copy, never the file the user goes on editing);
+- capsule.json: when and from where it was submitted, by which hpc-launch, the resolved profile,
+  the modules and environment asked for, the code's files (sha256) and git state;
+- git.diff: the repository's uncommitted changes at submit;
+- probe.py and runs.jsonl: each start of the job records what it found (capsule_probe.py).
+`hpc-launch show JOB` prints it. The submit side reads files here; the job side is the probe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+import msgspec
+
+from . import __version__
+from .errors import SpecError
+from .protocol import (CAPSULE_CODE, CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_RUNS, LOCAL_HOST)
+
+if TYPE_CHECKING:
+    from .prepare import Prepared
+    from .records import JobRecord
+    from .transport.base import Transport
+
+# What `import x` from the script's directory can reach, and the small files it reads beside it.
+CODE_SUFFIXES = (".py",)
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".toml", ".cfg", ".ini")
+MAX_CONFIG_BYTES = 1 << 20      # a bigger .json beside the script is data, not configuration: left out
+MAX_FILES = 1000
+MAX_BYTES = 16 << 20
+MAX_DIFF_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class CodeFile:
+    local: str   # absolute path on this machine
+    rel: str     # path under the capsule's code/
+
+
+SKIP_DIRS = ("__pycache__", "site-packages", "node_modules")
+MAX_DEPTH = 4
+MAX_ENTRIES = 20000  # directory entries looked at: a script in a home full of data is not walked whole
+
+
+def snapshot(script: str) -> Tuple[List[CodeFile], bool]:
+    """The files the job takes along for `script` (a local file): the script, and the .py and
+    small configuration files in its directory and the directories below it (not hidden, not a
+    virtual environment, MAX_DEPTH deep). (files, True) when that is all of them; (the script
+    alone, False) when there is more than MAX_FILES files or MAX_BYTES, or too much to look at
+    (a script in a home directory): the job then imports its neighbours where they are."""
+    top = os.path.dirname(script)
+    files = [CodeFile(script, os.path.basename(script))]
+    total, seen = os.path.getsize(script), 0
+
+    def walk(directory: str, rel: str, depth: int) -> bool:
+        nonlocal total, seen
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return True  # unreadable: nothing of it can be imported either
+        seen += len(entries)
+        if seen > MAX_ENTRIES:
+            return False
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") or entry.path == script:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if name in SKIP_DIRS or depth >= MAX_DEPTH or os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+                    continue
+                if not walk(entry.path, f"{rel}{name}/", depth + 1):
+                    return False
+            elif entry.is_file() and (name.endswith(CODE_SUFFIXES) or
+                                      (name.endswith(CONFIG_SUFFIXES) and entry.stat().st_size <= MAX_CONFIG_BYTES)):
+                files.append(CodeFile(entry.path, rel + name))
+                total += entry.stat().st_size
+                if len(files) > MAX_FILES or total > MAX_BYTES:
+                    return False
+        return True
+
+    if walk(top, "", 0):
+        return files, True
+    return files[:1], False
+
+
+def _git(directory: str, *args: str) -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "-C", directory, *args], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
+
+
+def git_state(directory: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """(commit, branch, repository root, changed files) of the repository holding `directory`,
+    and its uncommitted diff against HEAD; (None, "") outside a repository or without git."""
+    head = _git(directory, "rev-parse", "--show-toplevel", "HEAD")
+    if head is None:
+        return None, ""
+    root, commit = (head.split("\n") + ["", ""])[:2]
+    branch = (_git(directory, "rev-parse", "--abbrev-ref", "HEAD") or "").strip()
+    status = _git(directory, "status", "--porcelain", "--untracked-files=normal", "--", ".") or ""
+    diff = _git(directory, "diff", "HEAD", "--", ".") or ""
+    if len(diff) > MAX_DIFF_BYTES:
+        diff = diff[:MAX_DIFF_BYTES] + "\n# [hpc-launch] diff cut at 4 MiB\n"
+    changed = [line[3:] for line in status.splitlines() if len(line) > 3]
+    return {"root": root, "commit": commit, "branch": branch, "changed": changed}, diff
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def manifest(prepared: "Prepared", code_source: Optional[str]) -> Tuple[Dict[str, Any], str]:
+    """capsule.json's content and the git diff: what this submission is (no secret: --pass-env
+    names only, never values)."""
+    job = prepared.job
+    code: Dict[str, Any]
+    diff = ""
+    if not job.script:
+        code = {"kind": "shipped entrypoint", "hpc_launch": __version__}
+    elif prepared.uploads:
+        source = code_source or os.path.dirname(prepared.uploads[0][0])
+        repo, diff = git_state(source)
+        code = {"kind": "snapshot", "source": source, "script": prepared.uploads[0][0],
+                "files": [{"path": rel.split(f"{CAPSULE_CODE}/", 1)[-1], "sha256": _sha256(local), "bytes": os.path.getsize(local)}
+                          for local, rel in prepared.uploads],
+                "git": repo}
+    else:
+        code = {"kind": "copied on the cluster", "script": code_source}
+    data = {
+        "name": job.name, "cluster": job.profile.name, "submitted_at": time.time(), "submitted_from": socket.gethostname(),
+        "submit_host": prepared.host, "hpc_launch": __version__, "workdir": job.workdir,
+        "nodes": job.nodes, "procs_per_node": job.procs_per_node, "gpus_per_node": job.gpus_per_node,
+        "walltime_s": job.walltime_s, "queue": job.queue, "chain": job.chain,
+        "modules": list(job.modules), "venv": job.venv, "conda": job.conda,
+        "env": dict(job.env), "pass_env_names": list(job.pass_env), "train_args": list(job.train_args),
+        "exclude": list(job.exclude), "spares": job.spares,
+        "code": code,
+        "profile": msgspec.to_builtins(job.profile),
+    }
+    return data, diff
+
+
+def probe_source() -> str:
+    from . import capsule_probe
+
+    with open(capsule_probe.__file__, encoding="utf-8") as fh:
+        return fh.read()
+
+
+# ---- reading a capsule back: `hpc-launch show` ----------------------------------------------
+
+
+@dataclass
+class Capsule:
+    path: str
+    manifest: Dict[str, Any]
+    runs: List[Dict[str, Any]]
+
+
+def _read_text(transport: "Transport", path: str) -> Optional[str]:
+    data, offset = b"", 0
+    if transport.size(path) is None:
+        return None
+    while True:
+        chunk = transport.read_from(path, offset)
+        if not chunk:
+            return data.decode("utf-8", "replace")
+        data += chunk
+        offset += len(chunk)
+
+
+def load(record: "JobRecord", transport: "Transport") -> Capsule:
+    path = record.extra.get("capsule") if record.extra else None
+    if not path:
+        raise SpecError(f"job {record.job_id} has no capsule (it was adopted, or submitted before jobs had capsules)",
+                        hint="its script is still there: `hpc-launch logs` and its record (`hpc-launch status --json`)")
+    text = _read_text(transport, f"{path}/{CAPSULE_MANIFEST}")
+    if text is None:
+        where = "" if record.host == LOCAL_HOST else f" on {record.host}"
+        raise SpecError(f"job {record.job_id}'s capsule {path}{where} is gone",
+                        hint="it lived in the job's work dir: was .hpc-launch/ removed there?")
+    runs = []
+    for line in (_read_text(transport, f"{path}/{CAPSULE_RUNS}") or "").splitlines():
+        try:
+            runs.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a node that died while writing it
+    return Capsule(path, json.loads(text), runs)
+
+
+def describe(capsule: Capsule) -> List[str]:
+    """`hpc-launch show`'s lines: the submission, its code, the profile, each start of the job."""
+    from .capsule_probe import differences
+
+    m = capsule.manifest
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("submitted_at", 0)))
+    lines = [f"{m['name']} on {m['cluster']}: submitted {when} from {m.get('submitted_from')} by hpc-launch {m.get('hpc_launch')}",
+             f"  capsule   {capsule.path}",
+             f"  asked     {m.get('nodes')} node(s) x {m.get('procs_per_node')} rank(s), {m.get('gpus_per_node')} GPU(s) a node, "
+             f"walltime {m.get('walltime_s')} s" + (f", queue {m['queue']}" if m.get("queue") else "")
+             + (f", chain of {m['chain']}" if m.get("chain", 1) > 1 else "")]
+    code = m.get("code", {})
+    if code.get("kind") == "snapshot":
+        files = code.get("files", [])
+        lines.append(f"  code      {len(files)} file(s) from {code.get('source')}, {sum(f['bytes'] for f in files)} bytes: the job runs this copy")
+        repo = code.get("git")
+        if repo:
+            dirty = f", {len(repo['changed'])} file(s) changed: {CAPSULE_GIT_DIFF}" if repo.get("changed") else ", clean"
+            lines.append(f"  git       {repo['commit'][:12]} on {repo.get('branch') or '(detached)'} in {repo['root']}{dirty}")
+    elif code.get("kind") == "shipped entrypoint":
+        lines.append(f"  code      the shipped entrypoint of hpc-launch {code.get('hpc_launch')} in the job's Python environment")
+    else:
+        lines.append(f"  code      {code.get('script')}, copied on the cluster at submit: the job runs this copy")
+    env = m.get("venv") or m.get("conda") or "the profile's python"
+    lines.append(f"  python    {env}; modules asked: {' '.join(m.get('modules') or []) or '(none)'}")
+    if m.get("train_args"):
+        lines.append(f"  args      {' '.join(m['train_args'])}")
+    profile = m.get("profile", {})
+    lines.append(f"  profile   {profile.get('name')} ({profile.get('dialect')}, launcher {profile.get('launch', {}).get('launcher')}), "
+                 f"recorded whole in {CAPSULE_MANIFEST}")
+    if not capsule.runs:
+        lines.append("  runs      none yet (the job records what it finds when it starts)")
+    for i, run in enumerate(capsule.runs):
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started_at", 0)))
+        head = (f"  run {i + 1}     job {run.get('job_id')} on {run.get('host')} at {at}: Python {run.get('python')}, "
+                f"{len(run.get('packages', []))} packages")
+        if run.get("modules"):
+            head += f", modules {' '.join(run['modules'])}"
+        lines.append(head)
+        for change in differences(capsule.runs[0], run) if i else []:
+            lines.append(f"            {change}")
+    return lines
+
+
+def as_json(capsule: Capsule) -> Dict[str, Any]:
+    return {"path": capsule.path, "manifest": capsule.manifest, "runs": capsule.runs}
