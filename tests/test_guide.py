@@ -53,7 +53,7 @@ def test_every_command_in_the_guide_runs(tmp_path, hpc_launch_bin):
     assert "hpc-launch " in r.stdout and "── job " in r.stderr and "final loss" in r.stderr      # 1, 2
     assert re.search(r"^#PBS -P gxx00000$", r.stdout, re.M) and "mpirun -np" in r.stdout            # 3
     assert re.search(r"^rank [01] of 2, local rank [01], master ", r.stdout, re.M)                   # 4
-    assert "# upload: " in r.stdout and "--deepspeed ds_zero2_auto.json" in r.stdout                # 5
+    assert "# capsule: " in r.stdout and "--deepspeed ds_zero2_auto.json" in r.stdout                # 5
     assert "#SBATCH --account=proj42" in r.stdout and "recommended: --zero" in r.stdout             # 6
     assert "[our-site] rendezvous at" in r.stdout                                                    # 7
     assert re.search(r"^cause: .*batch", out, re.M | re.I) and re.search(r"^fix: ", out, re.M)      # 8

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 from hpc_launch import protocol
 
@@ -174,6 +174,8 @@ def init_distributed(info: RankInfo) -> None:
     clear_stale_build_locks()
     acc = get_accelerator()
     on_cpu = acc.device_name() == "cpu"
+    if on_cpu:
+        skip_shm_comm_op()
     if not on_cpu:
         acc.set_device(info.local_rank)
     backend = acc.communication_backend_name()
@@ -187,8 +189,6 @@ def init_distributed(info: RankInfo) -> None:
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False,
                                distributed_port=int(os.environ["MASTER_PORT"]),
                                rank=info.rank, world_size=info.world_size)
-    if on_cpu:
-        release_shm_workspace(info)
     if checked:
         preflight.probe(info, device=acc.current_device_name(), seconds=seconds)
 
@@ -222,27 +222,16 @@ def clear_stale_build_locks(env: Mapping[str, str] = os.environ, now: Optional[f
     return removed
 
 
-def shm_workspace_name(rank: int, env: Mapping[str, str] = os.environ) -> str:
-    """The POSIX shm segment DeepSpeed's CPU all-reduce op (csrc/cpu/comm/shm.cpp) creates per rank."""
-    return f"/deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_{env.get('MASTER_PORT', '')}_{rank}"
+def skip_shm_comm_op() -> None:
+    """Keep DeepSpeed's CPU backend from compiling its shared-memory all-reduce op at init.
 
+    deepspeed 0.19.8's TorchBackend builds `shm_comm` (ninja, 25-70 s the first time in an
+    environment, a build check and a 66 MiB /dev/shm segment per rank, never unlinked, on every
+    start after) for `inference_all_reduce` alone: training's collectives go through gloo, and
+    without the op that one falls back to gloo too (deepspeed/comm/torch.py)."""
+    import importlib
 
-def release_shm_workspace(info: RankInfo) -> None:
-    """Unlink this rank's ~66 MiB shm all-reduce workspace once every rank has mapped it.
-
-    DeepSpeed creates one segment per rank when all ranks share a node and never unlinks it, so
-    every CPU run used to leave world_size x 66 MiB in /dev/shm (RAM) for good: a test suite of
-    ~100 runs filled a 24 GiB machine. The mappings stay valid after the unlink; the kernel frees
-    the memory when the last rank exits, however it exits.
-    """
-    import _posixshmem  # the module multiprocessing.shared_memory is built on
-
-    import torch.distributed as tdist
-
-    # Every rank's DeepSpeed init returns only after it has opened all its peers' segments,
-    # so once all ranks pass this barrier no one still needs a name.
-    tdist.barrier()
-    try:
-        _posixshmem.shm_unlink(shm_workspace_name(info.rank))
-    except FileNotFoundError:
-        pass  # ranks span nodes (DeepSpeed uses no shm then) or the op is not built
+    # by its module name: the attribute deepspeed.comm.torch is the torch package itself
+    ds_torch: Any = importlib.import_module("deepspeed.comm.torch")
+    if callable(getattr(ds_torch, "build_shm_op", None)):
+        ds_torch.build_shm_op = lambda: None

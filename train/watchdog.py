@@ -91,7 +91,12 @@ def stalled(progress: List[Progress], now: float, bound: float) -> Optional[Prog
     """The rank that stopped first, if no rank has advanced within `bound` (else None).
 
     A rank whose heartbeat is stale stopped as a process (SIGSTOP, a frozen host): it is the one.
-    Otherwise the rank with the lowest step, earliest there, is the one the others wait for."""
+    Otherwise the rank with the lowest step, earliest there, is the one the others wait for.
+    A heartbeat stale for the whole bound is a hang even before the first step or in a checkpoint:
+    those pause the progress rule, never the heartbeat thread of a live process."""
+    gone = [p for p in progress if now - p.beat > bound]
+    if gone:
+        return min(gone, key=lambda p: p.beat)
     if not progress or any(p.busy for p in progress) or min(p.step for p in progress) < 1:
         return None  # before the first step everyone is still starting; a checkpoint takes its time
     if now - max(p.at for p in progress) < bound:

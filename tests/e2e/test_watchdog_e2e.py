@@ -40,25 +40,32 @@ def _pids(log: Path) -> dict:
 
 def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    # factor 2: the bound stays near the 10 s floor even when a loaded machine makes steps slow
     job = cli.submit("--cluster", "tb-slurm", "--nodes", "3", "--name", "hangs", "--walltime", "10m",
-                     "--env", "HPC_LAUNCH_HANG_S=10", "--train-args", TRAIN.format(steps=100000))
+                     "--env", "HPC_LAUNCH_HANG_S=10", "--env", "HPC_LAUNCH_HANG_FACTOR=2",
+                     "--train-args", TRAIN.format(steps=100000))
     log = shared_workdir / f"hangs.o{job}"
     _wait_for(log, r"^\[hpc-train\] step=20 ", 240)
     rank, pid = _pids(log)["pod2"]
     stopped = time.monotonic()
     try:
         subprocess.run(["kill", "-STOP", str(pid)], check=True)
-        ended = cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=120)
+        try:
+            ended = cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=240)
+        except AssertionError as e:
+            scontrol = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+            raise AssertionError(f"{e}\n{scontrol}\n{log.read_text()[-6000:]}") from None
         took = time.monotonic() - stopped
     finally:
         subprocess.run(["kill", "-CONT", str(pid)], capture_output=True)
         subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
     text = log.read_text()
     assert ended == "failed", text[-3000:]
-    assert took < 10 + 40, took  # the bound, the watchdog's look, and Slurm ending the step
-    assert re.search(rf"^\[hpc-launch\] hang: rank {rank} on pod2 stopped: no heartbeat for \d+ s", text, re.M), text[-3000:]
+    hang = re.search(rf"^\[hpc-launch\] hang: rank {rank} on pod2 stopped: no heartbeat for \d+ s.*\(bound (\d+) s\)", text, re.M)
+    assert hang, text[-3000:]
+    assert took < int(hang.group(1)) + 40, took  # the bound, the watchdog's look, and Slurm ending the step
     assert len(re.findall(r"^\[hpc-launch\] stacks of rank \d+ on pod[13]", text, re.M)) == 2  # the live ranks' stacks
-    assert "in all_reduce" in text or "in wait" in text or "in backward" in text  # where the live ranks waited
+    assert re.search(r"distributed_c10d\.py\", line \d+ in (all_\w+|wait|barrier|broadcast)", text)  # where the live ranks waited
     rec = JobStore().get(job, "tb-slurm")
     assert rec.exit_code == 124 and "watchdog" in rec.comment, (rec.exit_code, rec.comment)  # not srun's 143
     doctor = cli("doctor", job, "--cluster", "tb-slurm")

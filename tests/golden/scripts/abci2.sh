@@ -58,7 +58,7 @@ set +u
 module load python/3.11/3.11.9  # the python the virtualenv was made with
 # shellcheck source=/dev/null
 source /work/project/work/bin/activate
-# DeepSpeed JIT-builds its ops (shm_comm, cpu_adam) once per Python environment, kept beside it,
+# DeepSpeed JIT-builds a script's ops (fused_adam, cpu_adam, shm_comm) once per Python environment, kept beside it,
 # not once per job, per home directory or per pod
 if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORCH_EXTENSIONS_DIR="$VIRTUAL_ENV/torch_extensions"; fi
 set -u

@@ -59,7 +59,7 @@ module load miniforge3/23.11.0-0 rocm/7.1.1 rccl-net-plugin craype-accel-amd-gfx
 set +u
 # shellcheck source=/dev/null
 source /lustre/orion/abc123/proj-shared/venvs/ds/bin/activate
-# DeepSpeed JIT-builds its ops (shm_comm, cpu_adam) once per Python environment, kept beside it,
+# DeepSpeed JIT-builds a script's ops (fused_adam, cpu_adam, shm_comm) once per Python environment, kept beside it,
 # not once per job, per home directory or per pod
 if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORCH_EXTENSIONS_DIR="$VIRTUAL_ENV/torch_extensions"; fi
 

@@ -45,7 +45,7 @@ echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'),
 set +u
 # shellcheck source=/dev/null
 source /opt/venv/bin/activate
-# DeepSpeed JIT-builds its ops (shm_comm, cpu_adam) once per Python environment, kept beside it,
+# DeepSpeed JIT-builds a script's ops (fused_adam, cpu_adam, shm_comm) once per Python environment, kept beside it,
 # not once per job, per home directory or per pod
 if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORCH_EXTENSIONS_DIR="$VIRTUAL_ENV/torch_extensions"; fi
 

@@ -56,7 +56,7 @@ module load openmpi/5.0.2-gcc
 set +u
 # shellcheck source=/dev/null
 source /gs/fs/tga-mygroup/venv/bin/activate
-# DeepSpeed JIT-builds its ops (shm_comm, cpu_adam) once per Python environment, kept beside it,
+# DeepSpeed JIT-builds a script's ops (fused_adam, cpu_adam, shm_comm) once per Python environment, kept beside it,
 # not once per job, per home directory or per pod
 if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORCH_EXTENSIONS_DIR="$VIRTUAL_ENV/torch_extensions"; fi
 set -u
