@@ -17,7 +17,7 @@ if [ "${1:-}" = --fast ]; then
   scripts/setup-dev.sh test
   step "fast tier: no testbed, no training"
   # two workers: the machine has two cores
-  exec "${pytest[@]}" -n "${HPC_TEST_WORKERS:-2}" -m "not train and not scheduler" --durations=15 "$@"
+  exec "${pytest[@]}" -n "${HPC_TEST_WORKERS:-2}" -m "not train and not scheduler" --durations="${HPC_TEST_DURATIONS:-25}" "$@"
 fi
 
 step "testbed packages"
@@ -42,7 +42,7 @@ trap cleanup EXIT
 step "tests"
 set +e
 if [ $# -gt 0 ]; then  # a chosen subset, as asked
-  "${pytest[@]}" --durations=15 "$@"
+  "${pytest[@]}" --durations="${HPC_TEST_DURATIONS:-25}" "$@"
   rc=$?
 else
   # Two runs side by side, one per core: the tests that use the testbed, one at a time (it has
@@ -50,9 +50,9 @@ else
   # or a daemon away), and beside them everything else. (pytest-xdist's --dist loadgroup would do
   # this in one run, but 3.8 under pytest 9 ignores the groups.)
   rest_log=$(mktemp)
-  "${pytest[@]}" -m "not scheduler" --durations=15 >"$rest_log" 2>&1 &
+  "${pytest[@]}" -m "not scheduler" --durations="${HPC_TEST_DURATIONS:-25}" >"$rest_log" 2>&1 &
   rest=$!
-  "${pytest[@]}" -m scheduler --durations=15
+  "${pytest[@]}" -m scheduler --durations="${HPC_TEST_DURATIONS:-25}"
   rc=$?
   wait "$rest"
   rc_rest=$?
