@@ -160,6 +160,22 @@ BAD_HOSTS_SUFFIX = ".badhosts"
 ENV_BAD_HOSTS = "HPC_LAUNCH_BAD_HOSTS"
 
 
+# A chain link that found bad hosts keeps the links waiting for it off them before it exits, and
+# says so in its log: `[hpc-launch] next link kept off HOSTS: job ID` (read back for the summary).
+KEPT_OFF_PREFIX = "[hpc-launch] next link kept off "
+
+
+def kept_off_in(log_text: str) -> "dict[str, list[str]]":
+    """job id -> the hosts a chain link kept it off, from the link's log."""
+    found: "dict[str, list[str]]" = {}
+    for line in log_text.splitlines():
+        if line.startswith(KEPT_OFF_PREFIX):
+            hosts, _, job = line[len(KEPT_OFF_PREFIX):].rpartition(": job ")
+            if hosts and job.strip() and " " not in job.strip():
+                found[job.strip()] = [h for h in hosts.split(",") if h]
+    return found
+
+
 def bad_hosts_path_for(log_path: str) -> str:
     return log_path + BAD_HOSTS_SUFFIX
 

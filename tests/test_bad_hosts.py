@@ -180,3 +180,24 @@ def test_the_summary_carries_the_gates_measure_and_the_stragglers(tmp_path):
     text = summary_block(_record(tmp_path), log, JobState.DONE, 0)
     assert "preflight 3 ranks on 3 hosts as planned in 1.2 s; all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2)" in text
     assert "straggler: pod2 (rank 1, 2.3x slower than the median rank)" in text
+
+
+def test_a_chain_links_kept_off_lines_are_read_back_per_job():
+    log = ("[hpc-train] step=40 loss=1.0\n"
+           f"{protocol.KEPT_OFF_PREFIX}pod2,pod3: job 812\n"
+           f"{protocol.KEPT_OFF_PREFIX}x3001c0s13b0n0: job 813.polaris-pbs-01\n"
+           "[hpc-launch] next link kept off : job 9\n")  # no host: not a line of ours
+    assert protocol.kept_off_in(log) == {"812": ["pod2", "pod3"], "813.polaris-pbs-01": ["x3001c0s13b0n0"]}
+
+
+def test_only_a_slurm_chain_link_carries_the_hand_off_to_the_next_link():
+    def script(cluster, **kw):
+        kw.setdefault("walltime", "1h")
+        job = resolve(JobSpec(cluster=cluster, nodes=2, workdir="/w", **kw), profiles.load(cluster), cwd="/w")
+        return render(job, stamp="20260101-000000-000").text
+
+    chained = script("slurm", chain=2)
+    assert "hpc_launch_keep_next_links_off \"$HPC_LAUNCH_BAD_HOSTS\"" in chained
+    assert "scontrol update JobId=\"$next\" ExcNodeList=\"$hosts\"" in chained
+    assert "hpc_launch_keep_next_links_off" not in script("slurm")  # nothing waits for a lone job
+    assert "hpc_launch_keep_next_links_off" not in script("polaris", chain=2, group="datascience")  # PBS cannot exclude

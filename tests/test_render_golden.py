@@ -25,6 +25,8 @@ CASES = {
     "polaris": JobSpec(cluster="polaris", nodes=2, group="datascience", walltime="30m"),
     "thetagpu": JobSpec(cluster="thetagpu", nodes=2, group="SDL_Workshop", walltime="0:10:00"),
     "slurm": JobSpec(cluster="slurm", nodes=4, queue=None, env={"WANDB_MODE": "offline"}),
+    # a chain link keeps the next link off the hosts it found bad, as it ends
+    "slurm-chain": JobSpec(cluster="slurm", nodes=2, queue=None, walltime="1h", chain=3),
     "pods": JobSpec(cluster="pods", nodes=3, hosts=["10.0.0.11", "10.0.0.12", "10.0.0.13"]),
     "local": JobSpec(cluster="local", nodes=1, venv="/opt/venv"),
     "tsubame4": JobSpec(cluster="tsubame4", nodes=2, group="tga-mygroup", walltime="2h", venv="/gs/fs/tga-mygroup/venv"),

@@ -87,7 +87,10 @@ class Dialect:
     Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
       regexes for it}: its words for a walltime kill, a memory kill, a queue-limit refusal.
     Excluding hosts: `exclude_flags(hosts)` -> submit flags that keep a job off those hosts ([]:
-      the scheduler cannot say it).
+      the scheduler cannot say it); `exclude_pending_argv(id, hosts)` changes a job that waits;
+      `keep_dependents_off_shell`: a bash function, run inside a chain link as it ends, that keeps
+      the jobs waiting for this one off the hosts in the bad-hosts file named by its $1 and
+      prints a `protocol.KEPT_OFF_PREFIX` line per job changed ("": cannot).
     """
 
     name: str = ""
@@ -109,6 +112,7 @@ class Dialect:
     # Directive flags whose first word is keyed by the resource it sets (`-l walltime=...`):
     # a user's `-l walltime=` replaces the default `-l walltime=`, not every `-l`.
     keyed_flags: Tuple[str, ...] = ()
+    keep_dependents_off_shell: str = ""
     # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)
     failure_wording: Mapping[str, Tuple[str, ...]] = {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .. import protocol
 from ..states import JobState
 from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
 
@@ -235,6 +236,25 @@ class Slurm(Dialect):
 
     def depend_flags(self, job_id: str):
         return [f"--dependency=afterany:{job_id}"]
+
+    # The next link of a chain starts the moment this one's script exits (afterany), with no
+    # launcher around to move it: the ending link itself keeps it off the hosts it found bad.
+    # squeue -o: %E the dependency (`afterany:41(unfulfilled)`), %x the hosts already excluded
+    # (`(null)` when none; ExcNodeList replaces the list, so they are kept).
+    keep_dependents_off_shell = r"""hpc_launch_keep_next_links_off() {
+  local bad next dep old hosts
+  bad=$(cut -f1 "$1" | sort -u | paste -sd, -)
+  [ -n "$bad" ] || return 0
+  squeue -h -u "$(id -un)" -t PD -o '%i %E' 2>/dev/null | while read -r next dep; do
+    case $dep in *":$SLURM_JOB_ID("*) ;; *) continue ;; esac
+    old=$(squeue -h -j "$next" -o %x 2>/dev/null)
+    case $old in "(null)" | *" "*) old="" ;; esac
+    hosts=$(scontrol show hostnames "${old:+$old,}$bad" | sort -u | paste -sd, -)
+    if scontrol update JobId="$next" ExcNodeList="$hosts"; then
+      echo "{prefix}$hosts: job $next"
+    fi
+  done
+}""".replace("{prefix}", protocol.KEPT_OFF_PREFIX)
 
     def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
         text = f"{err or ''}\n{out or ''}".strip()

@@ -26,7 +26,7 @@ from ..dialects import Dialect, StatusInfo
 from ..errors import HpcLaunchError
 from ..logs import read_exit_code
 from ..protocol import (BAD_HOST_TTL_S, EXIT_HANG, EXIT_PREFLIGHT, EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST,
-                        parse_bad_hosts_file)
+                        kept_off_in, parse_bad_hosts_file)
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -172,16 +172,24 @@ def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str
 
 def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) -> List[str]:
     """Keep the chain's links that have not started off every host remembered as bad, where the
-    scheduler can change a pending job (Slurm). Returns the ids of the links changed."""
+    scheduler can change a pending job (Slurm). Returns the ids of the links changed.
+
+    The link itself did so for the next link as it ended (`keep_dependents_off_shell`), often long
+    before this runs: its log's kept-off lines are recorded for those links' summaries."""
     chain = (rec.extra or {}).get("chain")
     dialect = dialects.get(rec.dialect)
     hosts = sorted({b.host for b in store.bad_hosts(rec.cluster)})
     if not chain or not hosts or dialect.exclude_pending_argv("x", hosts) is None:
         return []
+    kept_off = kept_off_in(_log_tail(transport, rec)) if dialect.keep_dependents_off_shell else {}
     changed = []
     for later in store.list(cluster=rec.cluster, limit=10000):
         extra = later.extra or {}
-        if extra.get("chain") == chain and extra.get("link", 0) > (rec.extra or {}).get("link", 0) \
+        if later.job_id in kept_off and extra.get("chain") == chain:
+            extra = {**extra, "excluded": sorted(set(extra.get("excluded", [])) | set(kept_off[later.job_id]))}
+            store.update(later.cluster, later.job_id, extra=extra)
+            changed.append(later.job_id)
+        elif extra.get("chain") == chain and extra.get("link", 0) > (rec.extra or {}).get("link", 0) \
                 and JobState(later.state) == JobState.QUEUED:
             argv = dialect.exclude_pending_argv(later.job_id, hosts)
             result = runner(transport, later)(argv or [])

@@ -4,6 +4,7 @@ spare node, and Grid Engine's own host exclusion."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -104,3 +105,57 @@ def test_grid_engine_keeps_a_job_off_an_excluded_host(hpc_launch_bin, testbed, s
         assert re.search(rf"hard resource_list:.*(?:hostname|h)=!\({re.escape(here)}\)", detail), detail
     finally:
         cli("cancel", job)
+
+
+def _squeue(job: str, fmt: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", fmt], capture_output=True, text=True).stdout.strip()
+
+
+def _sacct_state(job: str) -> str:
+    r = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], capture_output=True, text=True)
+    return (r.stdout.split() or [""])[-1]
+
+
+def test_a_chain_link_that_finds_a_bad_node_keeps_the_next_link_off_it_with_no_launcher_running(hpc_launch_bin, testbed, shared_workdir):
+    """The first link's rank on pod2 is stopped (SIGSTOP): the watchdog names pod2 and ends the link,
+    and the link itself, as it ends, keeps the next link off pod2. No hpc-launch command runs until
+    the next link has ended (this test reads Slurm directly): a chain left alone still avoids the
+    node. Without it Slurm hands the next link the same two pods (the lowest names)."""
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    _wait_nodes_idle(["pod1", "pod2", "pod3"])  # an earlier fault's pod is back
+    r = cli("submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "alone", "--walltime", "5m", "--chain", "2",
+            "--env", "HPC_LAUNCH_HANG_S=10", "--env", "HPC_LAUNCH_HANG_FACTOR=2",
+            "--train-args", "--model smallcnn --data synthetic --steps 100 --micro-batch 8 --log-every 10 "
+            "--checkpoint-every 20 --no-eval", check=True)
+    first = r.stdout.split()[0]
+    waiting = subprocess.run(["squeue", "-h", "-t", "PD", "-o", "%i %E"], capture_output=True, text=True).stdout
+    second = next(line.split()[0] for line in waiting.splitlines() if f"afterany:{first}(" in line)
+    log1, log2 = (shared_workdir / f"alone.o{job}" for job in (first, second))
+    text = cli.wait_log(log1, "step=30 ", timeout=240)
+    assert _squeue(first, "%N") == "pod[1-2]", _squeue(first, "%N")
+    pid = int(re.search(r"^\[hpc-train\] node pod2: rank \d+ of \d+, pid (\d+)", text, re.M).group(1))
+    subprocess.run(["kill", "-STOP", str(pid)], check=True)
+    try:
+        deadline = time.monotonic() + 400
+        while _sacct_state(second) not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED") and time.monotonic() < deadline:
+            time.sleep(2)
+    finally:
+        subprocess.run(["kill", "-CONT", str(pid)], capture_output=True)
+        subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    first_text, second_text = log1.read_text(), log2.read_text()
+    assert "[hpc-launch] hang: rank 1 on pod2" in first_text, first_text[-3000:]
+    assert f"[hpc-launch] next link kept off pod2: job {second}" in first_text, first_text[-3000:]
+    assert _sacct_state(second) == "COMPLETED", second_text[-3000:]
+    hostfile = re.search(r"\[hpc-launch\] hostfile \S+:\n((?:\S+ slots=\d+\n)+)", second_text).group(1)
+    assert sorted(line.split()[0] for line in hostfile.splitlines()) == ["pod1", "pod3"]
+    assert re.search(r"resumed from .*global_step(20|40|60|80) at step \d+", second_text), second_text[-3000:]
+    assert "step=100 " in second_text
+    # the launcher, back, tells the story: the first link hung on pod2, the second kept off it
+    links = {j["job_id"]: j for j in json.loads(cli("status", "--json", first, second, check=True).stdout)}
+    assert links[first]["state"] == "failed" and links[first]["exit_code"] == 124, links[first]
+    assert links[second]["state"] == "done", links[second]
+    assert "pod2" in {b.host for b in JobStore().bad_hosts("tb-slurm")}
+    shown = cli("logs", second, "--summary", check=True)
+    summary = shown.stdout + shown.stderr
+    assert "kept off pod2" in summary, summary
+    _wait_nodes_idle(["pod1", "pod2", "pod3"])
