@@ -384,6 +384,7 @@ def test_slurm_accounting_and_cancel_on_the_testbed():
 
 
 @pytest.mark.scheduler
+@pytest.mark.beside
 def test_grid_engine_error_state_reason_and_accounting_on_the_testbed():
     d, run, work = dialects.get("gridengine"), _testbed_run(sge=True), _workdir()
     Path(work, "j.sh").write_text("#!/bin/bash\nexit 0\n")

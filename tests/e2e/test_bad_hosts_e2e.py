@@ -91,6 +91,7 @@ def test_pbs_spares_train_on_the_pods_that_answer_when_one_pods_sshd_is_gone(hpc
     assert "hosts     training on pod" in r.stderr and "found bad: pod3 (spares check" in r.stderr  # the summary
 
 
+@pytest.mark.beside
 def test_grid_engine_keeps_a_job_off_an_excluded_host(hpc_launch_bin, testbed, shared_workdir):
     """The testbed's Grid Engine has one exec host, this machine: excluded, the job can go nowhere
     and waits; the scheduler shows the hard host request it was given."""

@@ -167,8 +167,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("cluster,nodes,path_key,login_key", CASES,
-                         ids=[f"{c}-{n}node{'-ssh' if login else ''}" for c, n, _, login in CASES])
+# local and Grid Engine jobs run on this machine, never on a pod: beside the pods' lane in CI
+PARAMS = [pytest.param(*case, id=f"{case[0]}-{case[1]}node{'-ssh' if case[3] else ''}",
+                       marks=[pytest.mark.beside] if case[0] in ("local", "tb-sge") else [])
+          for case in CASES]
+
+
+@pytest.mark.parametrize("cluster,nodes,path_key,login_key", PARAMS)
 def test_another_user_never_sees_a_passed_secret(cluster, nodes, path_key, login_key, hpc_launch_bin, testbed, shared_workdir):
     assert subprocess.run(["id", "-u", OTHER], capture_output=True).returncode == 0, f"no user {OTHER}: run testbed/install.sh"
     core = f"hpcsecret{uuid.uuid4().hex}"

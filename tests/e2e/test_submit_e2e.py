@@ -41,6 +41,7 @@ def _follow(cli, job_id):
 # ---- local ------------------------------------------------------------------------------------
 
 
+@pytest.mark.beside
 def test_local_submit_follow_done(hpc_launch_bin, tmp_path):
     cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
     r = cli("submit", "--cluster", "local", "--follow", "--train-args",
@@ -52,6 +53,7 @@ def test_local_submit_follow_done(hpc_launch_bin, tmp_path):
     _check_done(cli, job_id, tmp_path)
 
 
+@pytest.mark.beside
 def test_local_failing_job_reports_failure_and_exit_code(hpc_launch_bin, tmp_path):
     cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
     (tmp_path / "boom.py").write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(7)\n")
@@ -62,6 +64,7 @@ def test_local_failing_job_reports_failure_and_exit_code(hpc_launch_bin, tmp_pat
     assert cli.wait_state(job_id, {"failed"}, timeout=30) == "failed"
 
 
+@pytest.mark.beside
 def test_local_cancel_kills_the_whole_job(hpc_launch_bin, tmp_path):
     cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
     job_id = cli.submit("--cluster", "local", *LONG)
@@ -148,6 +151,7 @@ def test_flaky_qsub_is_retried_without_a_duplicate_job(hpc_launch_bin, testbed, 
 # ---- Grid Engine -------------------------------------------------------------------------------
 
 
+@pytest.mark.beside
 def test_gridengine_submit_follow_done(hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_SGE_BIN"])
     job_id = cli.submit("--cluster", "tb-sge", "--nodes", "1")
@@ -160,7 +164,8 @@ def test_gridengine_submit_follow_done(hpc_launch_bin, testbed, shared_workdir):
 
 
 @pytest.mark.parametrize("cluster,bin_key", [
-    ("tb-slurm", "HPC_TESTBED_PBS_BIN"), ("tb-pbs", "HPC_TESTBED_PBS_BIN"), ("tb-sge", "HPC_TESTBED_SGE_BIN"),
+    ("tb-slurm", "HPC_TESTBED_PBS_BIN"), ("tb-pbs", "HPC_TESTBED_PBS_BIN"),
+    pytest.param("tb-sge", "HPC_TESTBED_SGE_BIN", marks=pytest.mark.beside),
 ])
 def test_cancel_running_job(cluster, bin_key, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[bin_key])
@@ -231,7 +236,7 @@ def test_launch_route_trains_across_two_pods(cluster, route, hpc_launch_bin, tes
 # ---- secrets reach the job without being written anywhere ---------------------------------
 
 
-@pytest.mark.parametrize("cluster", ["local", "tb-pbs", "tb-slurm"])
+@pytest.mark.parametrize("cluster", [pytest.param("local", marks=pytest.mark.beside), "tb-pbs", "tb-slurm"])
 def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
     secret = f"s3cr3t-{os.getpid()}-{cluster}"
