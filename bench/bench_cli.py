@@ -33,9 +33,14 @@ SIZES = (1000, 2000, 5000, 10000, 20000)
 
 
 def clean_env(tmp: Path) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith(("PBS_", "SLURM_", "SGE_", "COBALT_", "HPC_LAUNCH_"))
-                   or k in ("PE_HOSTFILE", "PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (
+            k.startswith(("PBS_", "SLURM_", "SGE_", "COBALT_", "HPC_LAUNCH_"))
+            or k in ("PE_HOSTFILE", "PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE")
+        )
+    }
     # PYTHONDONTWRITEBYTECODE (set in some shells and CI images) would make every run compile
     # hpc_launch's sources again while jinja2 and yaml keep the .pyc files pip wrote at install:
     # an installed hpc-launch has its .pyc files too, so both sides run from bytecode.
@@ -64,7 +69,7 @@ def bench_dry_run(python: str, cli: str, runs: int, env: dict, cwd: Path) -> Non
     base, dry, version = [], [], []
     for i in range(runs):
         trio = [(base, base_argv), (dry, dry_argv), (version, version_argv)]
-        for sink, argv in (trio if i % 2 == 0 else trio[::-1]):  # alternate which goes first
+        for sink, argv in trio if i % 2 == 0 else trio[::-1]:  # alternate which goes first
             sink.append(wall(argv, env, cwd))
     interp = wall([python, "-c", "pass"], env, cwd)
     b, d = statistics.median(base), statistics.median(dry)
@@ -72,13 +77,17 @@ def bench_dry_run(python: str, cli: str, runs: int, env: dict, cwd: Path) -> Non
     print(f"  bare interpreter (1 run)   {ms(interp)}")
     print(f"  baseline import jinja2,yaml{ms(b)}  (min {ms(min(base)).strip()}, max {ms(max(base)).strip()})")
     print(f"  submit --dry-run           {ms(d)}  (min {ms(min(dry)).strip()}, max {ms(max(dry)).strip()})")
-    print(f"  ratio dry-run / baseline   {ratio:7.2f}x   target < {DRY_RUN_TARGET_RATIO:.0f}x: "
-          f"{'PASS' if ratio < DRY_RUN_TARGET_RATIO else 'FAIL'}   (budget {ms(b * DRY_RUN_TARGET_RATIO).strip()}, "
-          f"over by {ms(max(0.0, d - b * DRY_RUN_TARGET_RATIO)).strip()})")
+    print(
+        f"  ratio dry-run / baseline   {ratio:7.2f}x   target < {DRY_RUN_TARGET_RATIO:.0f}x: "
+        f"{'PASS' if ratio < DRY_RUN_TARGET_RATIO else 'FAIL'}   (budget {ms(b * DRY_RUN_TARGET_RATIO).strip()}, "
+        f"over by {ms(max(0.0, d - b * DRY_RUN_TARGET_RATIO)).strip()})"
+    )
     print(f"  ratio of the minimums        {min(dry) / min(base):7.2f}x   (less sensitive to a loaded machine)")
     v = statistics.median(version)
-    print(f"  hpc-launch --version       {ms(v)}  ratio {v / b:5.2f}x   target < {DRY_RUN_TARGET_RATIO:.0f}x: "
-          f"{'PASS' if v / b < DRY_RUN_TARGET_RATIO else 'FAIL'}")
+    print(
+        f"  hpc-launch --version       {ms(v)}  ratio {v / b:5.2f}x   target < {DRY_RUN_TARGET_RATIO:.0f}x: "
+        f"{'PASS' if v / b < DRY_RUN_TARGET_RATIO else 'FAIL'}"
+    )
 
 
 def write_nodefile(path: Path, nodes: int, slots: int) -> None:
@@ -95,7 +104,9 @@ def fit(xs, ys):
 
 
 def bench_hostfile(cli: str, runs: int, env: dict, tmp: Path) -> None:
-    print(f"\n== (b) hostfile --from pbspro --slots 8 (median of {runs} cold processes; node files have 8 lines per node)")
+    print(
+        f"\n== (b) hostfile --from pbspro --slots 8 (median of {runs} cold processes; node files have 8 lines per node)"
+    )
     startup = statistics.median(wall([cli, "hostfile", "--hosts", "a", "--slots", "8"], env, tmp) for _ in range(runs))
     print(f"  CLI start-up (`hostfile --hosts a`): {ms(startup)}")
     medians, minimums = {}, {}
@@ -110,11 +121,19 @@ def bench_hostfile(cli: str, runs: int, env: dict, tmp: Path) -> None:
         work = medians[nodes] - startup
         flag = ""
         if nodes == 10000:
-            flag = f"   target < {HOSTFILE_TARGET_S * 1000:.0f} ms: {'PASS' if medians[nodes] < HOSTFILE_TARGET_S else 'FAIL'}"
-        print(f"  {nodes:6d} nodes ({nodes * 8:6d} lines): {ms(medians[nodes])}  minus start-up {ms(work)}"
-              f"  = {work / nodes * 1e6:6.2f} us/node  (min {ms(minimums[nodes]).strip()}){flag}")
+            flag = (
+                f"   target < {HOSTFILE_TARGET_S * 1000:.0f} ms: "
+                f"{'PASS' if medians[nodes] < HOSTFILE_TARGET_S else 'FAIL'}"
+            )
+        print(
+            f"  {nodes:6d} nodes ({nodes * 8:6d} lines): {ms(medians[nodes])}  minus start-up {ms(work)}"
+            f"  = {work / nodes * 1e6:6.2f} us/node  (min {ms(minimums[nodes]).strip()}){flag}"
+        )
     a, b = fit(list(medians), list(medians.values()))
-    print(f"  least squares (medians):  t = {ms(a).strip()} + {b * 1e6:.2f} us x nodes   (intercept vs measured start-up {ms(startup).strip()})")
+    print(
+        f"  least squares (medians):  t = {ms(a).strip()} + {b * 1e6:.2f} us x nodes   (intercept vs measured "
+        f"start-up {ms(startup).strip()})"
+    )
     a, b = fit(list(minimums), list(minimums.values()))
     print(f"  least squares (minimums): t = {ms(a).strip()} + {b * 1e6:.2f} us x nodes")
     r = (medians[20000] - startup) / (medians[10000] - startup)
@@ -124,7 +143,9 @@ def bench_hostfile(cli: str, runs: int, env: dict, tmp: Path) -> None:
 def import_times(python: str, env: dict, cwd: Path, top: int = 10) -> None:
     print("\n== (c) python -X importtime, submit --dry-run (one run; self and cumulative microseconds)")
     code = "import sys; from hpc_launch.cli import main; sys.argv[0] = 'hpc-launch'; main()"
-    r = subprocess.run([python, "-X", "importtime", "-c", code, *DRY_RUN], env=env, cwd=cwd, capture_output=True, text=True)
+    r = subprocess.run(
+        [python, "-X", "importtime", "-c", code, *DRY_RUN], env=env, cwd=cwd, capture_output=True, text=True
+    )
     rows = []
     for line in r.stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
@@ -144,13 +165,18 @@ def import_times(python: str, env: dict, cwd: Path, top: int = 10) -> None:
     for s, _, _, name in rows:
         root = name.split(".")[0]
         groups[root] = groups.get(root, 0) + s
-    print("  by package (sum of self time): " + ", ".join(f"{k} {v / 1000:.1f} ms" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])[:top]))
+    print(
+        "  by package (sum of self time): "
+        + ", ".join(f"{k} {v / 1000:.1f} ms" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])[:top])
+    )
 
 
 def phases(python: str, env: dict, cwd: Path) -> None:
     """In one fresh process: how long each step of the dry-run takes after the imports."""
     print("\n== (d) dry-run phases in one process (first call, then a second call: what caching would save)")
-    code = r"""
+    # one script, in two raw literals only to keep the source lines short
+    code = (
+        r"""
 import time, sys
 t0 = time.perf_counter()
 import typer, hpc_launch.cli
@@ -171,11 +197,13 @@ get_command(hpc_launch.cli.app)
 t6 = time.perf_counter()
 found = profiles._discover(tuple(__import__("hpc_launch.paths").paths.clusters_dirs()))
 for label, a, b in (("import typer + hpc_launch.cli", t0, t1), ("import spec/submit/profiles/render", t1, t2),
-                    ("profiles.load('abci') (reads every profile YAML)", t2, t3), ("prepare() first (jinja env + compile)", t3, t4),
+                    ("profiles.load('abci') (reads every profile YAML)", t2, t3), """
+        r"""("prepare() first (jinja env + compile)", t3, t4),
                     ("prepare() second call (all cached)", t4, t5), ("typer get_command(app)", t5, t6)):
     print(f"  {label:50s} {(b - a) * 1000:7.1f} ms")
 print(f"  ({len(found)} cluster profiles read; the dry-run needs 1 plus what it extends)")
 """
+    )
     r = subprocess.run([python, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
     print(r.stdout.rstrip() or f"  (could not measure: {r.stderr.strip().splitlines()[-1:]})")
 

@@ -53,8 +53,11 @@ def testbed_env() -> dict:
 
 
 def ssh_args(tb: dict) -> str:
-    return (f"-F {tb['HPC_TESTBED_SSH_CONFIG']} -i {tb['HPC_TESTBED_KEY']} -o IdentitiesOnly=yes "
-            f"-o UserKnownHostsFile={tb['HPC_TESTBED_KNOWN_HOSTS']} -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5")
+    return (
+        f"-F {tb['HPC_TESTBED_SSH_CONFIG']} -i {tb['HPC_TESTBED_KEY']} -o IdentitiesOnly=yes "
+        f"-o UserKnownHostsFile={tb['HPC_TESTBED_KNOWN_HOSTS']} -o "
+        "StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5"
+    )
 
 
 def setup(tb: dict, ext: str) -> tuple:
@@ -65,12 +68,18 @@ def setup(tb: dict, ext: str) -> tuple:
     clusters.mkdir()
     (clusters / "pods.yaml").write_text(
         "node: {gpus: 1, cpus: 2}\npython: {venv: auto}\nenv: {OMP_NUM_THREADS: '1'}\nnet_if: eth0\n"
-        f"launch: {{launcher: deepspeed-pdsh, ssh_port: 22, pdsh_ssh_args: '{ssh_args(tb)}'}}\n")
+        f"launch: {{launcher: deepspeed-pdsh, ssh_port: 22, pdsh_ssh_args: '{ssh_args(tb)}'}}\n"
+    )
     (clusters / "tb-slurm.yaml").write_text((REPO / "tests/e2e/profiles/tb-slurm.yaml").read_text())
     env = dict(os.environ, **tb)
-    env.update(HPC_LAUNCH_CLUSTERS_DIR=str(clusters), HPC_LAUNCH_STATE_DIR=str(root / "state"),
-               HPC_LAUNCH_SSH_CONFIG=tb["HPC_TESTBED_SSH_CONFIG"], HPC_LAUNCH_KNOWN_HOSTS=tb["HPC_TESTBED_KNOWN_HOSTS"],
-               TORCH_EXTENSIONS_DIR=ext, PYTHONUNBUFFERED="1")
+    env.update(
+        HPC_LAUNCH_CLUSTERS_DIR=str(clusters),
+        HPC_LAUNCH_STATE_DIR=str(root / "state"),
+        HPC_LAUNCH_SSH_CONFIG=tb["HPC_TESTBED_SSH_CONFIG"],
+        HPC_LAUNCH_KNOWN_HOSTS=tb["HPC_TESTBED_KNOWN_HOSTS"],
+        TORCH_EXTENSIONS_DIR=ext,
+        PYTHONUNBUFFERED="1",
+    )
     return root, env
 
 
@@ -133,9 +142,14 @@ def via_hpc_launch(route: str, nodes: int, root: Path, env: dict, ext: str) -> d
     script_t = float(m.group(1))
     runner = runner_time(text)
     return {
-        "whole": s["first_step"] - t0, "hpc-launch": t1 - t0, "render": dry_s, "scheduler": script_t - t1,
-        "launcher": s["process"] - script_t, "runner": (runner - script_t) if runner else None,
-        "framework": s["deepspeed"] - s["process"], "imports": s["imported"] - s["process"],
+        "whole": s["first_step"] - t0,
+        "hpc-launch": t1 - t0,
+        "render": dry_s,
+        "scheduler": script_t - t1,
+        "launcher": s["process"] - script_t,
+        "runner": (runner - script_t) if runner else None,
+        "framework": s["deepspeed"] - s["process"],
+        "imports": s["imported"] - s["process"],
         "first step": s["first_step"] - s["deepspeed"],
     }
 
@@ -147,19 +161,28 @@ def by_hand(nodes: int, root: Path, env: dict, tb: dict, ext: str) -> dict:
     (workdir / "hostfile").write_text("".join(f"pod{i + 1} slots=1\n" for i in range(nodes)))
     venv = str(BIN.parent)
     (workdir / ".deepspeed_env").write_text(
-        f"GLOO_SOCKET_IFNAME=eth0\nOMP_NUM_THREADS=1\nTORCH_EXTENSIONS_DIR={ext}\nPATH={BIN}:/usr/bin:/bin\nVIRTUAL_ENV={venv}\n")
+        f"GLOO_SOCKET_IFNAME=eth0\nOMP_NUM_THREADS=1\nTORCH_EXTENSIONS_DIR={ext}\nPATH={BIN}:/usr/bin:/bin\nVIRTUAL_ENV={venv}\n"
+    )
     entry = REPO / "hpc_launch" / "train_entry.py"
-    cmd = (f"cd {shlex.quote(str(workdir))} && export PATH={BIN}:$PATH GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 "
-           f"TORCH_EXTENSIONS_DIR={shlex.quote(ext)} PDSH_SSH_ARGS_APPEND={shlex.quote(ssh_args(tb))} && "
-           f"deepspeed --hostfile hostfile --launcher pdsh --no_ssh_check --master_addr 10.200.0.11 --master_port 29{nodes}77 "
-           f"--ssh_port 22 {entry} {ARGS}")
+    cmd = (
+        f"cd {shlex.quote(str(workdir))} && export PATH={BIN}:$PATH GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 "
+        f"TORCH_EXTENSIONS_DIR={shlex.quote(ext)} PDSH_SSH_ARGS_APPEND={shlex.quote(ssh_args(tb))} && "
+        "deepspeed --hostfile hostfile --launcher pdsh --no_ssh_check --master_addr 10.200.0.11 --master_port "
+        f"29{nodes}77 --ssh_port 22 {entry} {ARGS}"
+    )
     t0 = time.time()
-    r = subprocess.run(["ssh", "-F", tb["HPC_TESTBED_SSH_CONFIG"], "pod1", cmd], env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        ["ssh", "-F", tb["HPC_TESTBED_SSH_CONFIG"], "pod1", cmd], env=env, capture_output=True, text=True
+    )
     s = startup_line(r.stdout + r.stderr)
     if not s:
         raise SystemExit(f"hand-written run failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
-    return {"whole": s["first_step"] - t0, "launcher": s["process"] - t0, "framework": s["deepspeed"] - s["process"],
-            "first step": s["first_step"] - s["deepspeed"]}
+    return {
+        "whole": s["first_step"] - t0,
+        "launcher": s["process"] - t0,
+        "framework": s["deepspeed"] - s["process"],
+        "first step": s["first_step"] - s["deepspeed"],
+    }
 
 
 def median(rows: list, key: str):
@@ -175,7 +198,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--routes", default="local,pods,slurm")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--cold", action="store_true", help="first a job with an empty op cache, then one with the cache it built")
+    ap.add_argument(
+        "--cold", action="store_true", help="first a job with an empty op cache, then one with the cache it built"
+    )
     a = ap.parse_args()
     tb = testbed_env()
     ext = str(BIN.parent / "torch_extensions")  # the environment's op cache, as jobs default to it
@@ -188,7 +213,7 @@ def main() -> int:
             print(f"pods 2 nodes, {label}: whole {row['whole']:.1f} s, framework {row['framework']:.1f} s")
     results = []
     for route in filter(None, a.routes.split(",")):
-        for nodes in ((1,) if route == "local" else (1, 2)):
+        for nodes in (1,) if route == "local" else (1, 2):
             ours, hand = [], []
             for _ in range(a.repeats):  # side by side: A, B, A, B ...
                 ours.append(via_hpc_launch(route, nodes, root, env, ext))
@@ -201,10 +226,20 @@ def main() -> int:
     print("|---|---|" + "---|" * (len(keys) + 2))
     for route, nodes, ours, hand in results:
         whole, base = median(ours, "whole"), median(hand, "whole")
-        print(f"| {route} | {nodes} | " + " | ".join(fmt(median(ours, k)) for k in keys) + f" | {base:.2f} | {whole / base:.2f} |")
-    print("\nhand-written phases (median s): " + "; ".join(
-        f"{nodes} node(s): launcher {fmt(median(hand, 'launcher'))}, framework {fmt(median(hand, 'framework'))}, first step {fmt(median(hand, 'first step'))}"
-        for route, nodes, _, hand in results if route == "pods"))
+        print(
+            f"| {route} | {nodes} | "
+            + " | ".join(fmt(median(ours, k)) for k in keys)
+            + f" | {base:.2f} | {whole / base:.2f} |"
+        )
+    print(
+        "\nhand-written phases (median s): "
+        + "; ".join(
+            f"{nodes} node(s): launcher {fmt(median(hand, 'launcher'))}, framework {fmt(median(hand, 'framework'))}, "
+            f"first step {fmt(median(hand, 'first step'))}"
+            for route, nodes, _, hand in results
+            if route == "pods"
+        )
+    )
     worst = max(median(o, "whole") / median(h, "whole") for _, _, o, h in results)
     own = max(median(o, "hpc-launch") for _, _, o, _ in results)
     print(f"\nwhole start-up / hand-written: worst {worst:.2f} (target <= 1.5): {'PASS' if worst <= 1.5 else 'FAIL'}")

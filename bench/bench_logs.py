@@ -54,8 +54,7 @@ def measure_latency(transport, path: Path, lines: int) -> list:
 
     path.touch()
     threading.Thread(target=writer, daemon=True).start()
-    follow(transport, str(path), state=lambda: JobState.DONE if done.is_set() else JobState.RUNNING,
-           write=write)
+    follow(transport, str(path), state=lambda: JobState.DONE if done.is_set() else JobState.RUNNING, write=write)
     return sorted(latencies)
 
 
@@ -75,10 +74,14 @@ def pct(values: list, q: float) -> float:
 def report(label: str, latencies: list, cpu: float) -> bool:
     p50, p99 = pct(latencies, 0.50), pct(latencies, 0.99)
     ok_lat, ok_cpu = p99 < LATENCY_TARGET_S, cpu < CPU_TARGET
-    print(f"{label:6} latency n={len(latencies)} p50={p50 * 1000:.0f} ms p99={p99 * 1000:.0f} ms "
-          f"(target p99 < {LATENCY_TARGET_S * 1000:.0f} ms) {'PASS' if ok_lat else 'FAIL'}")
-    print(f"{label:6} idle CPU {cpu * 100:.2f}% of a core (target < {CPU_TARGET * 100:.0f}%) "
-          f"{'PASS' if ok_cpu else 'FAIL'}")
+    print(
+        f"{label:6} latency n={len(latencies)} p50={p50 * 1000:.0f} ms p99={p99 * 1000:.0f} ms "
+        f"(target p99 < {LATENCY_TARGET_S * 1000:.0f} ms) {'PASS' if ok_lat else 'FAIL'}"
+    )
+    print(
+        f"{label:6} idle CPU {cpu * 100:.2f}% of a core (target < {CPU_TARGET * 100:.0f}%) "
+        f"{'PASS' if ok_cpu else 'FAIL'}"
+    )
     return ok_lat and ok_cpu
 
 
@@ -89,8 +92,11 @@ def main() -> int:
     parser.add_argument("--no-ssh", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-    ok = report("local", measure_latency(LocalTransport(), tmp / "local.log", args.lines),
-                measure_idle_cpu(LocalTransport(), tmp / "local-idle.log", args.idle))
+    ok = report(
+        "local",
+        measure_latency(LocalTransport(), tmp / "local.log", args.lines),
+        measure_idle_cpu(LocalTransport(), tmp / "local-idle.log", args.idle),
+    )
     if not args.no_ssh:
         from sshd import start_sshd
 
@@ -98,8 +104,11 @@ def main() -> int:
         try:
             ssh = SSHTransport(server.alias, ssh_config=str(server.ssh_config))
             ssh.run(["true"])  # connect outside the measurement
-            ok &= report("ssh", measure_latency(ssh, tmp / "ssh.log", args.lines),
-                         measure_idle_cpu(ssh, tmp / "ssh-idle.log", args.idle))
+            ok &= report(
+                "ssh",
+                measure_latency(ssh, tmp / "ssh.log", args.lines),
+                measure_idle_cpu(ssh, tmp / "ssh-idle.log", args.idle),
+            )
             ssh.close()
         finally:
             server.stop()

@@ -74,12 +74,21 @@ def record_jobs(store, procs, workdir: Path, cluster: str) -> None:
     from hpc_launch.records import JobRecord
 
     for p in procs:
-        store.add(JobRecord(
-            job_id=str(p.pid), cluster=cluster, dialect="none", host="localhost", name="bench",
-            workdir=str(workdir), script_path=str(workdir / ".hpc-launch" / "sleep"),
-            log_path=str(workdir / f"bench.o{p.pid}"), exit_path=str(workdir / f"bench.o{p.pid}.exit"),
-            submit_time=time.time(), state="running",
-        ))
+        store.add(
+            JobRecord(
+                job_id=str(p.pid),
+                cluster=cluster,
+                dialect="none",
+                host="localhost",
+                name="bench",
+                workdir=str(workdir),
+                script_path=str(workdir / ".hpc-launch" / "sleep"),
+                log_path=str(workdir / f"bench.o{p.pid}"),
+                exit_path=str(workdir / f"bench.o{p.pid}.exit"),
+                submit_time=time.time(),
+                state="running",
+            )
+        )
 
 
 def stop(procs) -> None:
@@ -142,12 +151,15 @@ def main() -> None:
         print("== scheduler queries per poll (one refresh() of every job; direct dialect: `ps -p PID,PID,...`)")
         for n in (10, 100):
             runs, reads, elapsed, running = queries_per_poll(n, workdir, transport_for)
-            print(f"  {n:4d} jobs: {runs} scheduler query per poll, {reads} exit-file reads, {running}/{n} seen running,"
-                  f" refresh() {elapsed * 1000:.1f} ms   target 1 query: {'PASS' if runs == 1 else 'FAIL'}")
+            print(
+                f"  {n:4d} jobs: {runs} scheduler query per poll, {reads} exit-file reads, {running}/{n} seen running,"
+                f" refresh() {elapsed * 1000:.1f} ms   target 1 query: {'PASS' if runs == 1 else 'FAIL'}"
+            )
 
-        print(f"\n== polling {args.jobs} jobs for {args.duration:g} s on protocol.POLL (first {POLL.first:g} s, x{POLL.factor:g}, "
-              f"at most {POLL.most:g} s) "
-              f"({args.finish} killed at {args.duration / 2:g} s)")
+        print(
+            f"\n== polling {args.jobs} jobs for {args.duration:g} s on protocol.POLL (first {POLL.first:g} s, "
+            f"x{POLL.factor:g}, at most {POLL.most:g} s) ({args.finish} killed at {args.duration / 2:g} s)"
+        )
         procs = start_jobs(args.jobs, workdir)
         store = JobStore()
         record_jobs(store, procs, workdir, "local")
@@ -181,10 +193,18 @@ def main() -> None:
         print(f"  polls: {polls} in {elapsed:.1f} s; scheduler queries: {q} ({dict(c.runs)})")
         print(f"  scheduler queries / minute:          {q / minutes:8.2f}")
         print(f"  scheduler queries / job / minute:    {q / minutes / args.jobs:8.4f}")
-        print(f"  queries per poll:                    {q / max(polls, 1):8.2f}   target 1: {'PASS' if q == polls else 'FAIL'}")
-        print(f"  exit-file reads:                     {c.reads:8d}   (expected {args.finish}: one per job that ended, then never again)")
-        print(f"  refresh() wall time per poll:        {1000 * sorted(refresh_s)[len(refresh_s) // 2]:8.1f} ms median, "
-              f"{1000 * max(refresh_s):.1f} ms max")
+        print(
+            f"  queries per poll:                    {q / max(polls, 1):8.2f}   target 1: "
+            f"{'PASS' if q == polls else 'FAIL'}"
+        )
+        print(
+            f"  exit-file reads:                     {c.reads:8d}   (expected "
+            f"{args.finish}: one per job that ended, then never again)"
+        )
+        print(
+            f"  refresh() wall time per poll:        {1000 * sorted(refresh_s)[len(refresh_s) // 2]:8.1f} ms median, "
+            f"{1000 * max(refresh_s):.1f} ms max"
+        )
         print(f"  final states: {dict(states)}")
         steady = 60 / POLL.most
         print(f"  (steady state: one query every {POLL.most:g} s = {steady:g} queries/minute, whatever the job count)")

@@ -62,22 +62,60 @@ def run(cmd) -> dict:
 
 
 def workload(args) -> list:
-    return ["--model", args.model, "--data", "synthetic", "--image-size", str(args.image_size),
-            "--synthetic-samples", str(args.samples), "--micro-batch", str(args.micro_batch),
-            "--steps", str(args.steps), "--log-every", str(args.log_every), "--seed", "0"]
+    return [
+        "--model",
+        args.model,
+        "--data",
+        "synthetic",
+        "--image-size",
+        str(args.image_size),
+        "--synthetic-samples",
+        str(args.samples),
+        "--micro-batch",
+        str(args.micro_batch),
+        "--steps",
+        str(args.steps),
+        "--log-every",
+        str(args.log_every),
+        "--seed",
+        "0",
+    ]
 
 
 def entrypoint_cmd(args, zero: int, offload: str = "none", model: str | None = None) -> list:
     work = workload(args)
     if model:
         work[work.index("--model") + 1] = model
-    return [BIN / "deepspeed", "--num_gpus", "2", "--master_port", str(free_port()), "--module", "train",
-            *work, "--zero", str(zero), "--offload", offload, "--no-eval", "--resume", "never"]
+    return [
+        BIN / "deepspeed",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "--module",
+        "train",
+        *work,
+        "--zero",
+        str(zero),
+        "--offload",
+        offload,
+        "--no-eval",
+        "--resume",
+        "never",
+    ]
 
 
 def ddp_cmd(args) -> list:
-    return [BIN / "torchrun", "--nproc_per_node", "2", "--master_port", str(free_port()), __file__,
-            "--ddp-worker", *workload(args)]
+    return [
+        BIN / "torchrun",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        __file__,
+        "--ddp-worker",
+        *workload(args),
+    ]
 
 
 def ddp_worker(argv) -> None:
@@ -122,32 +160,50 @@ def ddp_worker(argv) -> None:
                 value = loss.detach().clone()
                 dist.all_reduce(value)
                 if rank == 0:
-                    print(format_step_line(step=step, loss=value.item() / world, samples_per_sec=meter.current,
-                                           avg_samples_per_sec=meter.average, world_size=world,
-                                           mem_peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20),
-                          flush=True)
+                    print(
+                        format_step_line(
+                            step=step,
+                            loss=value.item() / world,
+                            samples_per_sec=meter.current,
+                            avg_samples_per_sec=meter.average,
+                            world_size=world,
+                            mem_peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                        ),
+                        flush=True,
+                    )
     dist.destroy_process_group()
 
 
 def part_ddp(args) -> None:
-    print(f"== entrypoint (ZeRO-0) vs plain DDP: {args.model}, synthetic {args.image_size}px, micro-batch "
-          f"{args.micro_batch} x 2 ranks, {args.steps} steps, {args.repeats} alternating rounds", flush=True)
+    print(
+        f"== entrypoint (ZeRO-0) vs plain DDP: {args.model}, synthetic {args.image_size}px, micro-batch "
+        f"{args.micro_batch} x 2 ranks, {args.steps} steps, {args.repeats} alternating rounds",
+        flush=True,
+    )
     ours, ddp = [], []
     for i in range(args.repeats):
         a, b = run(entrypoint_cmd(args, 0)), run(ddp_cmd(args))
         ours.append(a["avg_samples_per_sec"])
         ddp.append(b["avg_samples_per_sec"])
-        print(f"round {i + 1}: entrypoint {ours[-1]:.1f} samples/s, DDP {ddp[-1]:.1f} samples/s "
-              f"(ratio {ours[-1] / ddp[-1]:.3f}); wall {a['wall_s']:.1f}s vs {b['wall_s']:.1f}s", flush=True)
+        print(
+            f"round {i + 1}: entrypoint {ours[-1]:.1f} samples/s, DDP {ddp[-1]:.1f} samples/s "
+            f"(ratio {ours[-1] / ddp[-1]:.3f}); wall {a['wall_s']:.1f}s vs {b['wall_s']:.1f}s",
+            flush=True,
+        )
     mo, md = statistics.median(ours), statistics.median(ddp)
-    print(f"median: entrypoint {mo:.1f} samples/s, DDP {md:.1f} samples/s, ratio {mo / md:.3f} "
-          f"(target >= 0.95: {'met' if mo / md >= 0.95 else 'NOT met'})", flush=True)
+    print(
+        f"median: entrypoint {mo:.1f} samples/s, DDP {md:.1f} samples/s, ratio {mo / md:.3f} "
+        f"(target >= 0.95: {'met' if mo / md >= 0.95 else 'NOT met'})",
+        flush=True,
+    )
 
 
 def part_sweep(args) -> None:
-    print(f"== ZeRO-stage sweep: {args.sweep_model}, synthetic {args.image_size}px, micro-batch {args.micro_batch} "
-          f"x 2 ranks, {args.steps} steps, median of {args.repeats}; peak memory = peak RSS of rank 0 (CPU)",
-          flush=True)
+    print(
+        f"== ZeRO-stage sweep: {args.sweep_model}, synthetic {args.image_size}px, micro-batch {args.micro_batch} "
+        f"x 2 ranks, {args.steps} steps, median of {args.repeats}; peak memory = peak RSS of rank 0 (CPU)",
+        flush=True,
+    )
     configs = [(0, "none"), (1, "none"), (2, "none"), (3, "none")]
     if args.offload:
         configs += [(2, "optimizer"), (3, "optimizer")]

@@ -28,10 +28,28 @@ OFF = {"HPC_LAUNCH_PREFLIGHT": "0", "HPC_LAUNCH_WATCHDOG": "0"}
 
 
 def once(steps: int, ranks: int, extra_env: dict) -> dict:
-    cmd = [str(BIN / "deepspeed"), "--num_gpus", str(ranks), "--master_port", str(free_port()), "--module", "train",
-           "--model", "smallcnn", "--data", "synthetic", "--steps", str(steps), "--log-every", "50", "--no-eval"]
+    cmd = [
+        str(BIN / "deepspeed"),
+        "--num_gpus",
+        str(ranks),
+        "--master_port",
+        str(free_port()),
+        "--module",
+        "train",
+        "--model",
+        "smallcnn",
+        "--data",
+        "synthetic",
+        "--steps",
+        str(steps),
+        "--log-every",
+        "50",
+        "--no-eval",
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env={**env(), **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        cmd, cwd=REPO, env={**env(), **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     if proc.returncode != 0:
         sys.exit(f"benchmark command failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
     metrics = last_metrics(proc.stdout)
@@ -46,7 +64,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--ranks", type=int, default=2)
     a = ap.parse_args()
-    print(f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}; {a.ranks} ranks x {a.steps} steps of smallcnn, {a.repeats} rounds")
+    print(
+        f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}; {a.ranks} "
+        f"ranks x {a.steps} steps of smallcnn, {a.repeats} rounds"
+    )
     on, off, gates = [], [], []
     for i in range(a.repeats):
         for label, extra in (("on", {}), ("off", OFF)):

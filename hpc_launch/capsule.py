@@ -25,7 +25,7 @@ import msgspec
 
 from . import __version__
 from .errors import SpecError
-from .protocol import (CAPSULE_CODE, CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_RUNS, LOCAL_HOST)
+from .protocol import CAPSULE_CODE, CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_RUNS, LOCAL_HOST
 
 if TYPE_CHECKING:
     from .prepare import Prepared
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # What `import x` from the script's directory can reach, and the small files it reads beside it.
 CODE_SUFFIXES = (".py",)
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".toml", ".cfg", ".ini")
-MAX_CONFIG_BYTES = 1 << 20      # a bigger .json beside the script is data, not configuration: left out
+MAX_CONFIG_BYTES = 1 << 20  # a bigger .json beside the script is data, not configuration: left out
 MAX_FILES = 1000
 MAX_BYTES = 16 << 20
 MAX_DIFF_BYTES = 4 << 20
@@ -43,8 +43,8 @@ MAX_DIFF_BYTES = 4 << 20
 
 @dataclass(frozen=True)
 class CodeFile:
-    local: str   # absolute path on this machine
-    rel: str     # path under the capsule's code/
+    local: str  # absolute path on this machine
+    rel: str  # path under the capsule's code/
 
 
 SKIP_DIRS = ("__pycache__", "site-packages", "node_modules")
@@ -80,8 +80,10 @@ def snapshot(script: str) -> Tuple[List[CodeFile], bool]:
                     continue
                 if not walk(entry.path, f"{rel}{name}/", depth + 1):
                     return False
-            elif entry.is_file() and (name.endswith(CODE_SUFFIXES) or
-                                      (name.endswith(CONFIG_SUFFIXES) and entry.stat().st_size <= MAX_CONFIG_BYTES)):
+            elif entry.is_file() and (
+                name.endswith(CODE_SUFFIXES)
+                or (name.endswith(CONFIG_SUFFIXES) and entry.stat().st_size <= MAX_CONFIG_BYTES)
+            ):
                 files.append(CodeFile(entry.path, rel + name))
                 total += entry.stat().st_size
                 if len(files) > MAX_FILES or total > MAX_BYTES:
@@ -133,20 +135,44 @@ def manifest(prepared: "Prepared", code_source: Optional[str]) -> Tuple[Dict[str
     elif prepared.uploads:
         source = code_source or os.path.dirname(prepared.uploads[0][0])
         repo, diff = git_state(source)
-        code = {"kind": "snapshot", "source": source, "script": prepared.uploads[0][0],
-                "files": [{"path": rel.split(f"{CAPSULE_CODE}/", 1)[-1], "sha256": _sha256(local), "bytes": os.path.getsize(local)}
-                          for local, rel in prepared.uploads],
-                "git": repo}
+        code = {
+            "kind": "snapshot",
+            "source": source,
+            "script": prepared.uploads[0][0],
+            "files": [
+                {
+                    "path": rel.split(f"{CAPSULE_CODE}/", 1)[-1],
+                    "sha256": _sha256(local),
+                    "bytes": os.path.getsize(local),
+                }
+                for local, rel in prepared.uploads
+            ],
+            "git": repo,
+        }
     else:
         code = {"kind": "copied on the cluster", "script": code_source}
     data = {
-        "name": job.name, "cluster": job.profile.name, "submitted_at": time.time(), "submitted_from": socket.gethostname(),
-        "submit_host": prepared.host, "hpc_launch": __version__, "workdir": job.workdir,
-        "nodes": job.nodes, "procs_per_node": job.procs_per_node, "gpus_per_node": job.gpus_per_node,
-        "walltime_s": job.walltime_s, "queue": job.queue, "chain": job.chain,
-        "modules": list(job.modules), "venv": job.venv, "conda": job.conda,
-        "env": dict(job.env), "pass_env_names": list(job.pass_env), "train_args": list(job.train_args),
-        "exclude": list(job.exclude), "spares": job.spares,
+        "name": job.name,
+        "cluster": job.profile.name,
+        "submitted_at": time.time(),
+        "submitted_from": socket.gethostname(),
+        "submit_host": prepared.host,
+        "hpc_launch": __version__,
+        "workdir": job.workdir,
+        "nodes": job.nodes,
+        "procs_per_node": job.procs_per_node,
+        "gpus_per_node": job.gpus_per_node,
+        "walltime_s": job.walltime_s,
+        "queue": job.queue,
+        "chain": job.chain,
+        "modules": list(job.modules),
+        "venv": job.venv,
+        "conda": job.conda,
+        "env": dict(job.env),
+        "pass_env_names": list(job.pass_env),
+        "train_args": list(job.train_args),
+        "exclude": list(job.exclude),
+        "spares": job.spares,
         "code": code,
         "profile": msgspec.to_builtins(job.profile),
     }
@@ -185,13 +211,17 @@ def _read_text(transport: "Transport", path: str) -> Optional[str]:
 def load(record: "JobRecord", transport: "Transport") -> Capsule:
     path = record.extra.get("capsule") if record.extra else None
     if not path:
-        raise SpecError(f"job {record.job_id} has no capsule (it was adopted, or submitted before jobs had capsules)",
-                        hint="its script is still there: `hpc-launch logs` and its record (`hpc-launch status --json`)")
+        raise SpecError(
+            f"job {record.job_id} has no capsule (it was adopted, or submitted before jobs had capsules)",
+            hint="its script is still there: `hpc-launch logs` and its record (`hpc-launch status --json`)",
+        )
     text = _read_text(transport, f"{path}/{CAPSULE_MANIFEST}")
     if text is None:
         where = "" if record.host == LOCAL_HOST else f" on {record.host}"
-        raise SpecError(f"job {record.job_id}'s capsule {path}{where} is gone",
-                        hint="it lived in the job's work dir: was .hpc-launch/ removed there?")
+        raise SpecError(
+            f"job {record.job_id}'s capsule {path}{where} is gone",
+            hint="it lived in the job's work dir: was .hpc-launch/ removed there?",
+        )
     runs = []
     for line in (_read_text(transport, f"{path}/{CAPSULE_RUNS}") or "").splitlines():
         try:
@@ -207,21 +237,34 @@ def describe(capsule: Capsule) -> List[str]:
 
     m = capsule.manifest
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("submitted_at", 0)))
-    lines = [f"{m['name']} on {m['cluster']}: submitted {when} from {m.get('submitted_from')} by hpc-launch {m.get('hpc_launch')}",
-             f"  capsule   {capsule.path}",
-             f"  asked     {m.get('nodes')} node(s) x {m.get('procs_per_node')} rank(s), {m.get('gpus_per_node')} GPU(s) a node, "
-             f"walltime {m.get('walltime_s')} s" + (f", queue {m['queue']}" if m.get("queue") else "")
-             + (f", chain of {m['chain']}" if m.get("chain", 1) > 1 else "")]
+    lines = [
+        f"{m['name']} on {m['cluster']}: submitted {when} from "
+        f"{m.get('submitted_from')} by hpc-launch {m.get('hpc_launch')}",
+        f"  capsule   {capsule.path}",
+        f"  asked     {m.get('nodes')} node(s) x {m.get('procs_per_node')} rank(s), {m.get('gpus_per_node')} GPU(s) "
+        f"a node, walltime {m.get('walltime_s')} s"
+        + (f", queue {m['queue']}" if m.get("queue") else "")
+        + (f", chain of {m['chain']}" if m.get("chain", 1) > 1 else ""),
+    ]
     code = m.get("code", {})
     if code.get("kind") == "snapshot":
         files = code.get("files", [])
-        lines.append(f"  code      {len(files)} file(s) from {code.get('source')}, {sum(f['bytes'] for f in files)} bytes: the job runs this copy")
+        lines.append(
+            f"  code      {len(files)} file(s) from {code.get('source')}, "
+            f"{sum(f['bytes'] for f in files)} bytes: the job runs this copy"
+        )
         repo = code.get("git")
         if repo:
-            dirty = f", {len(repo['changed'])} file(s) changed: {CAPSULE_GIT_DIFF}" if repo.get("changed") else ", clean"
-            lines.append(f"  git       {repo['commit'][:12]} on {repo.get('branch') or '(detached)'} in {repo['root']}{dirty}")
+            dirty = (
+                f", {len(repo['changed'])} file(s) changed: {CAPSULE_GIT_DIFF}" if repo.get("changed") else ", clean"
+            )
+            lines.append(
+                f"  git       {repo['commit'][:12]} on {repo.get('branch') or '(detached)'} in {repo['root']}{dirty}"
+            )
     elif code.get("kind") == "shipped entrypoint":
-        lines.append(f"  code      the shipped entrypoint of hpc-launch {code.get('hpc_launch')} in the job's Python environment")
+        lines.append(
+            f"  code      the shipped entrypoint of hpc-launch {code.get('hpc_launch')} in the job's Python environment"
+        )
     else:
         lines.append(f"  code      {code.get('script')}, copied on the cluster at submit: the job runs this copy")
     env = m.get("venv") or m.get("conda") or "the profile's python"
@@ -229,14 +272,18 @@ def describe(capsule: Capsule) -> List[str]:
     if m.get("train_args"):
         lines.append(f"  args      {' '.join(m['train_args'])}")
     profile = m.get("profile", {})
-    lines.append(f"  profile   {profile.get('name')} ({profile.get('dialect')}, launcher {profile.get('launch', {}).get('launcher')}), "
-                 f"recorded whole in {CAPSULE_MANIFEST}")
+    lines.append(
+        f"  profile   {profile.get('name')} ({profile.get('dialect')}, launcher "
+        f"{profile.get('launch', {}).get('launcher')}), recorded whole in {CAPSULE_MANIFEST}"
+    )
     if not capsule.runs:
         lines.append("  runs      none yet (the job records what it finds when it starts)")
     for i, run in enumerate(capsule.runs):
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started_at", 0)))
-        head = (f"  run {i + 1}     job {run.get('job_id')} on {run.get('host')} at {at}: Python {run.get('python')}, "
-                f"{len(run.get('packages', []))} packages")
+        head = (
+            f"  run {i + 1}     job {run.get('job_id')} on {run.get('host')} at {at}: Python {run.get('python')}, "
+            f"{len(run.get('packages', []))} packages"
+        )
         if run.get("modules"):
             head += f", modules {' '.join(run['modules'])}"
         lines.append(head)

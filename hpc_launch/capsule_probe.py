@@ -84,14 +84,26 @@ def differences(first, now):
     before, after = set(first.get("packages", [])), set(now.get("packages", []))
     if before != after:
         gone, new = sorted(before - after, key=str.lower), sorted(after - before, key=str.lower)
-        out.append("Python packages changed since job %s: %s" % (first.get("job_id"), " ".join(["-" + p for p in gone] + ["+" + p for p in new])))
+        out.append(
+            "Python packages changed since job %s: %s"
+            % (first.get("job_id"), " ".join(["-" + p for p in gone] + ["+" + p for p in new]))
+        )
     if first.get("modules") != now.get("modules"):
-        out.append("modules changed since job %s: %s -> %s" % (first.get("job_id"), " ".join(first.get("modules") or ["(none)"]),
-                                                              " ".join(now.get("modules") or ["(none)"])))
+        out.append(
+            "modules changed since job %s: %s -> %s"
+            % (
+                first.get("job_id"),
+                " ".join(first.get("modules") or ["(none)"]),
+                " ".join(now.get("modules") or ["(none)"]),
+            )
+        )
     if first.get("python") != now.get("python"):
         out.append("Python %s since job %s, now %s" % (first.get("python"), first.get("job_id"), now.get("python")))
     if first.get("entrypoint") != now.get("entrypoint"):
-        out.append("the shipped entrypoint's code differs from job %s's (hpc-launch was reinstalled or edited)" % first.get("job_id"))
+        out.append(
+            "the shipped entrypoint's code differs from job %s's (hpc-launch was reinstalled or edited)"
+            % first.get("job_id")
+        )
     return out
 
 
@@ -112,14 +124,24 @@ def main(argv):
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(now, sort_keys=True) + "\n")
     if first is None:
-        print("%sjob %s recorded: Python %s, %d packages%s" % (NOTE, job_id, now["python"], len(now["packages"]),
-                                                            ", modules " + " ".join(now["modules"]) if now["modules"] else ""))
+        print(
+            "%sjob %s recorded: Python %s, %d packages%s"
+            % (
+                NOTE,
+                job_id,
+                now["python"],
+                len(now["packages"]),
+                ", modules " + " ".join(now["modules"]) if now["modules"] else "",
+            )
+        )
     else:
         changes = differences(first, now)
         for line in changes:
             print(NOTE + "warning: " + line)
         if not changes:
-            print("%sjob %s runs what job %s ran: same Python, packages and modules" % (NOTE, job_id, first.get("job_id")))
+            print(
+                "%sjob %s runs what job %s ran: same Python, packages and modules" % (NOTE, job_id, first.get("job_id"))
+            )
     return 0
 
 

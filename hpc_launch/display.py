@@ -22,13 +22,21 @@ _DS_LOGGER = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[(DEBUG|INFO|WARNING)\] 
 # A Python warning, `path.py:83: FutureWarning: ...`, is followed by the source line it quotes.
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
 # JIT op builds (torch.utils.cpp_extension and DeepSpeed's op builder)
-_OP_BUILD = re.compile(r"^(Using \S+ as PyTorch extensions root|Emitting ninja build file|Building extension module|"
-                       r"Allowing ninja to set a default number of workers|\[\d+/\d+\] |"
-                       r"Creating extension directory|Detected CUDA files, patching ldflags)")
+_OP_BUILD = re.compile(
+    r"^(Using \S+ as PyTorch extensions root|Emitting ninja build file|Building extension module|"
+    r"Allowing ninja to set a default number of workers|\[\d+/\d+\] |"
+    r"Creating extension directory|Detected CUDA files, patching ldflags)"
+)
 # an op that was built before is only loaded: hidden, but no "building" note
-_OP_LOAD = re.compile(r"^(Loading extension module|ninja: no work to do|Time to load \w+ op:|DeepSpeed \S+ built successfully)")
-NOISE_KINDS = ("DeepSpeed logger INFO/WARNING lines", "Python warnings and the source line they quote",
-               "JIT op build progress", "the entrypoint's start-up time stamps (for bench/)")
+_OP_LOAD = re.compile(
+    r"^(Loading extension module|ninja: no work to do|Time to load \w+ op:|DeepSpeed \S+ built successfully)"
+)
+NOISE_KINDS = (
+    "DeepSpeed logger INFO/WARNING lines",
+    "Python warnings and the source line they quote",
+    "JIT op build progress",
+    "the entrypoint's start-up time stamps (for bench/)",
+)
 
 
 @dataclass
@@ -75,7 +83,9 @@ class LogFilter:
             self.hidden += 1
             return False
         if line.startswith("[hpc-train] starting DeepSpeed"):
-            self.note = "starting DeepSpeed: process group, engine, ops (built once per environment: minutes the first time)"
+            self.note = (
+                "starting DeepSpeed: process group, engine, ops (built once per environment: minutes the first time)"
+            )
             return False  # the note says it
         if line.startswith("[hpc-train] start-up:"):  # epoch stamps for bench/bench_launch.py, not for people
             self.hidden += 1
@@ -108,8 +118,15 @@ class Summary:
     cause: List[str] = field(default_factory=list)  # doctor's lines for a failed job
 
 
-def summarise(log_text: str, *, state: str, exit_code: Optional[int], log_path: str,
-              submit_time: Optional[float] = None, end_time: Optional[float] = None) -> Summary:
+def summarise(
+    log_text: str,
+    *,
+    state: str,
+    exit_code: Optional[int],
+    log_path: str,
+    submit_time: Optional[float] = None,
+    end_time: Optional[float] = None,
+) -> Summary:
     s = Summary(state=state, exit_code=exit_code, log_path=log_path)
     peak = None
     for line in log_text.splitlines():
@@ -158,10 +175,12 @@ def format_summary(s: Summary, job_id: str) -> str:
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
     lines = [f"── job {job_id}: {s.state}{code} " + "─" * 20]
     if s.total_s is not None or s.training_s is not None:
-        times = [f"{_secs(s.total_s)} in all" if s.total_s is not None else None,
-                 f"queued {_secs(s.queued_s)}" if s.queued_s is not None else None,
-                 f"start-up {_secs(s.startup_s)} (launcher, framework init, op builds)" if s.startup_s is not None else None,
-                 f"training {_secs(s.training_s)}" if s.training_s is not None else None]
+        times = [
+            f"{_secs(s.total_s)} in all" if s.total_s is not None else None,
+            f"queued {_secs(s.queued_s)}" if s.queued_s is not None else None,
+            f"start-up {_secs(s.startup_s)} (launcher, framework init, op builds)" if s.startup_s is not None else None,
+            f"training {_secs(s.training_s)}" if s.training_s is not None else None,
+        ]
         lines.append("  time      " + ", ".join(t for t in times if t))
     m = s.metrics
     if m:

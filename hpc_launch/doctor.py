@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+
 def scheduler_words(key: str) -> Tuple[str, ...]:
     """Every scheduler's own wording for the cause `key` (each dialect's `failure_wording`)."""
     from . import dialects
@@ -38,224 +39,364 @@ class Facts:
 @dataclass(frozen=True)
 class Cause:
     key: str
-    title: str                     # a few words, for "also seen" and the docs
-    patterns: Tuple[str, ...]      # the program's own words for this failure (regexes, re.M)
-    cause: str                     # one line; {name} from the pattern's named groups, [[...]] only when they matched
+    title: str  # a few words, for "also seen" and the docs
+    patterns: Tuple[str, ...]  # the program's own words for this failure (regexes, re.M)
+    cause: str  # one line; {name} from the pattern's named groups, [[...]] only when they matched
     fix: str
-    source: str                    # which program prints it, and where in its source
-    weak: Tuple[str, ...] = ()     # words that also appear for other reasons: they count only after every strong match
+    source: str  # which program prints it, and where in its source
+    weak: Tuple[str, ...] = ()  # words that also appear for other reasons: they count only after every strong match
     signal: Optional[Callable[[Facts], Optional[str]]] = None  # evidence from the exit code or state, not the log
     signal_weak: bool = False
-    weak_cause: str = ""           # the cause line when the evidence is only weak
+    weak_cause: str = ""  # the cause line when the evidence is only weak
 
 
 # The table, most specific first: the first cause that matches is the one shown; a weak match
 # (a bare SIGKILL, a refused connection) ranks below every strong one.
 CAUSES: Tuple[Cause, ...] = (
     Cause(
-        "hpc_launch_nodes", "hpc-launch: fewer nodes than asked",
-        (r"\[hpc-launch\] error: the scheduler's node list has (?P<have>\d+) distinct host\(s\) but the job asked for (?P<want>\d+)",),
+        "hpc_launch_nodes",
+        "hpc-launch: fewer nodes than asked",
+        (
+            r"\[hpc-launch\] error: the scheduler's node list has (?P<have>\d+) "
+            r"distinct host\(s\) but the job asked for (?P<want>\d+)",
+        ),
         "the scheduler gave the job {have} distinct node(s) but it asked for {want}, so hpc-launch did not launch it",
-        "make the scheduler put it on {want} separate nodes (PBS: --directive '-l place=scatter'; check the profile's directives), or ask for --nodes {have}",
-        "hpc-launch's job script (templates/body/hostfile.sh.j2)"),
+        "make the scheduler put it on {want} separate nodes (PBS: --directive '-l place=scatter'; check the "
+        "profile's directives), or ask for --nodes {have}",
+        "hpc-launch's job script (templates/body/hostfile.sh.j2)",
+    ),
     Cause(
-        "hpc_launch_net_if", "hpc-launch: net_if has no address",
-        (r"\[hpc-launch\] error: network interface (?P<iface>\S+) \(profile key net_if\) has no IPv4 address on (?P<host>\S+); this node has: (?P<have>.*?)\s*$",),
+        "hpc_launch_net_if",
+        "hpc-launch: net_if has no address",
+        (
+            r"\[hpc-launch\] error: network interface (?P<iface>\S+) \(profile key net_if\) has no IPv4 address on "
+            r"(?P<host>\S+); this node has: (?P<have>.*?)\s*$",
+        ),
         "the profile's net_if {iface} has no IPv4 address on {host}, so the rendezvous address could not be set",
-        "set the profile key net_if to one of {host}'s interfaces ({have}) in ~/.config/hpc-launch/clusters/CLUSTER.yaml (or --profile FILE with name: and net_if:)",
-        "hpc-launch's job script (templates/body/rendezvous.sh.j2)"),
+        "set the profile key net_if to one of {host}'s interfaces ({have}) in "
+        "~/.config/hpc-launch/clusters/CLUSTER.yaml (or --profile FILE with name: and net_if:)",
+        "hpc-launch's job script (templates/body/rendezvous.sh.j2)",
+    ),
     Cause(
-        "hpc_launch_not_installed", "hpc-launch: not in the job's Python",
+        "hpc_launch_not_installed",
+        "hpc-launch: not in the job's Python",
         (r"\[hpc-launch\] error: hpc-launch is not installed in the job's Python environment \((?P<python>[^)\n]*)\)",),
         "hpc-launch is not installed in the job's Python environment ({python}), which runs the training entrypoint",
-        "pass --venv DIR of a virtualenv that has it (pip install 'hpc-launch[train]' there), or set the profile's python.venv",
-        "hpc-launch's job script (templates/body/job.sh.j2)"),
+        "pass --venv DIR of a virtualenv that has it (pip install "
+        "'hpc-launch[train]' there), or set the profile's python.venv",
+        "hpc-launch's job script (templates/body/job.sh.j2)",
+    ),
     Cause(
-        "preflight", "the job is not what was asked (pre-flight gate)",
-        (r"^\[hpc-launch\] preflight failed: (?P<host>[^:\n]+): (?P<fact>.*?); fix: (?P<fix>.*?)\s*$",
-         r"^error: (?P<fact>(?:the launcher \(|this process found no launcher's rank variables|rank \d+ was started twice|"
-         r"the job is not what was asked|MASTER_PORT \d+ on ).*?)\s*$"),
+        "preflight",
+        "the job is not what was asked (pre-flight gate)",
+        (
+            r"^\[hpc-launch\] preflight failed: (?P<host>[^:\n]+): (?P<fact>.*?); fix: (?P<fix>.*?)\s*$",
+            r"^error: (?P<fact>(?:the launcher \(|this process found no launcher's rank variables"
+            r"|rank \d+ was started twice|the job is not what was asked|MASTER_PORT \d+ on ).*?)\s*$",
+        ),
         "the job's pre-flight gate stopped it before training[[ on {host}]]: {fact}",
         "[[{fix}; ]]nothing trained: fix that and submit again (the gate's checks: docs/preflight.md)",
         "the shipped entrypoint's pre-flight gate (train/preflight.py, train/dist.py; exit 78)",
-        signal=lambda f: "exit code 78: the pre-flight gate found the job is not what was asked" if f.exit_code == 78 else None),
+        signal=lambda f: (
+            "exit code 78: the pre-flight gate found the job is not what was asked" if f.exit_code == 78 else None
+        ),
+    ),
     Cause(
-        "hpc_launch_error", "hpc-launch: the job script stopped",
+        "hpc_launch_error",
+        "hpc-launch: the job script stopped",
         (r"\[hpc-launch\] error: (?P<message>.*?)\s*$",),
         "hpc-launch's job script stopped the job: {message}",
         "do what the message says, then submit again",
-        "hpc-launch's job script (templates/body/*.sh.j2: lines starting `[hpc-launch] error:`)"),
+        "hpc-launch's job script (templates/body/*.sh.j2: lines starting `[hpc-launch] error:`)",
+    ),
     Cause(
-        "batch_size", "batch sizes do not add up",
-        (r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size (?P<train>\d+) != (?P<micro>\d+) \* (?P<accum>\d+) \* (?P<world>\d+)",
-         r"batch arithmetic does not fit: global batch (?P<train>\d+) != micro-batch (?P<micro>\d+) x grad-accum (?P<accum>\d+) x world size (?P<world>\d+)",
-         r"Check batch related parameters\. train_batch_size is not equal",
-         r"batch arithmetic does not fit"),
-        "the batch sizes do not add up: train_batch_size must be micro-batch x grad-accum x ranks[[ ({train} != {micro} x {accum} x {world})]]",
-        "set train_batch_size in the DeepSpeed config to micro-batch x grad-accum x ranks[[ = {want}]], or leave it out and DeepSpeed derives it; "
-        "with the shipped entrypoint give two of --micro-batch, --grad-accum, --global-batch in --train-args",
-        "DeepSpeed (deepspeed/runtime/config.py, DeepSpeedConfig._batch_assertion); the shipped entrypoint (train/ds_config.py)"),
+        "batch_size",
+        "batch sizes do not add up",
+        (
+            r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size (?P<train>\d+) "
+            r"!= (?P<micro>\d+) \* (?P<accum>\d+) \* (?P<world>\d+)",
+            r"batch arithmetic does not fit: global batch (?P<train>\d+) != micro-batch (?P<micro>\d+) x grad-accum "
+            r"(?P<accum>\d+) x world size (?P<world>\d+)",
+            r"Check batch related parameters\. train_batch_size is not equal",
+            r"batch arithmetic does not fit",
+        ),
+        "the batch sizes do not add up: train_batch_size must be micro-batch x grad-accum x ranks[[ ({train} != "
+        "{micro} x {accum} x {world})]]",
+        "set train_batch_size in the DeepSpeed config to micro-batch x grad-accum x ranks[[ = {want}]], or leave it "
+        "out and DeepSpeed derives it; with the shipped entrypoint give two of --micro-batch, --grad-accum, "
+        "--global-batch in --train-args",
+        "DeepSpeed (deepspeed/runtime/config.py, DeepSpeedConfig._batch_assertion); "
+        "the shipped entrypoint (train/ds_config.py)",
+    ),
     Cause(
-        "hostfile", "DeepSpeed refused the hostfile",
-        (r"ValueError: Hostfile contains a bad entry: (?P<entry>.*?), unable to proceed with launching",  # the exception, not the
-         r"ValueError: Hostfile contains multiple entries for (?P<twice>\S+), unable to proceed with launching",  # source line a
-         r"ValueError: Hostfile is empty or not formatted correctly",  # traceback quotes above it
-         r"ValueError: Hostname '(?P<missing>[^'\n]+)' not found in hostfile"),
-        "DeepSpeed refused the hostfile[[: bad line '{entry}']][[: {twice} is listed twice]][[: {missing} is not in it]]",
-        "each line must be `HOST slots=N`, each host once: check the hostfile the log prints after `[hpc-launch] hostfile` "
-        "and any override of templates/body/hostfile.sh.j2 in ~/.config/hpc-launch/templates",
-        "DeepSpeed's launcher (deepspeed/launcher/runner.py, _parse_hostfile and parse_inclusion_exclusion)"),
+        "hostfile",
+        "DeepSpeed refused the hostfile",
+        (
+            # the exception, not the source line a traceback quotes above it
+            r"ValueError: Hostfile contains a bad entry: (?P<entry>.*?), unable to proceed with launching",
+            r"ValueError: Hostfile contains multiple entries for (?P<twice>\S+), unable to proceed with launching",
+            r"ValueError: Hostfile is empty or not formatted correctly",
+            r"ValueError: Hostname '(?P<missing>[^'\n]+)' not found in hostfile",
+        ),
+        "DeepSpeed refused the hostfile[[: bad line '{entry}']][[: "
+        "{twice} is listed twice]][[: {missing} is not in it]]",
+        "each line must be `HOST slots=N`, each host once: check the hostfile the log prints after `[hpc-launch] "
+        "hostfile` and any override of templates/body/hostfile.sh.j2 in ~/.config/hpc-launch/templates",
+        "DeepSpeed's launcher (deepspeed/launcher/runner.py, _parse_hostfile and parse_inclusion_exclusion)",
+    ),
     Cause(
-        "ssh_host_key", "ssh refused a host key",
-        (r"REMOTE HOST IDENTIFICATION HAS CHANGED",  # says more than the line that follows it
-         r"^(?:(?P<host>[\w.-]+): )?Host key verification failed\."),
+        "ssh_host_key",
+        "ssh refused a host key",
+        (
+            r"REMOTE HOST IDENTIFICATION HAS CHANGED",  # says more than the line that follows it
+            r"^(?:(?P<host>[\w.-]+): )?Host key verification failed\.",
+        ),
         "ssh refused a node's host key (unknown or changed)[[: {host}]], so the launcher could not start ranks there",
-        "add the nodes' keys to ~/.ssh/known_hosts on the cluster (ssh-keyscan NODE >> ~/.ssh/known_hosts; a changed key: ssh-keygen -R NODE "
-        "first, after asking the admins why), or give ssh options in the profile key launch.pdsh_ssh_args",
-        "OpenSSH's ssh client (sshconnect.c); pdsh prefixes it with the host"),
+        "add the nodes' keys to ~/.ssh/known_hosts on the cluster (ssh-keyscan NODE "
+        ">> ~/.ssh/known_hosts; a changed key: ssh-keygen -R NODE first, after asking "
+        "the admins why), or give ssh options in the profile key launch.pdsh_ssh_args",
+        "OpenSSH's ssh client (sshconnect.c); pdsh prefixes it with the host",
+    ),
     Cause(
-        "ssh_auth", "no passwordless ssh between nodes",
-        (r"^(?:(?P<host>[\w.-]+): )?(?:\S+@\S+: )?Permission denied \((?P<methods>[^)\n]*)\)",
-         r"pdsh@\S+: (?P<host>\S+): ssh exited with exit code 255",
-         r"but host=(?P<host>\S+) was not reachable via ssh"),
+        "ssh_auth",
+        "no passwordless ssh between nodes",
+        (
+            r"^(?:(?P<host>[\w.-]+): )?(?:\S+@\S+: )?Permission denied \((?P<methods>[^)\n]*)\)",
+            r"pdsh@\S+: (?P<host>\S+): ssh exited with exit code 255",
+            r"but host=(?P<host>\S+) was not reachable via ssh",
+        ),
         "a node could not ssh to another without a password[[ ({host})]], so the launcher could not start ranks there",
-        "on the cluster: ssh-keygen -t ed25519, append ~/.ssh/id_ed25519.pub to ~/.ssh/authorized_keys, check `ssh NODE hostname` asks nothing; "
-        "or use a launcher that needs no ssh (the profile key launch.launcher: mpirun, srun)",
-        "OpenSSH's ssh client (`Permission denied (publickey)`), pdsh (src/common/pipecmd.c), DeepSpeed's launcher ssh check (deepspeed/launcher/runner.py)"),
+        "on the cluster: ssh-keygen -t ed25519, append ~/.ssh/id_ed25519.pub to "
+        "~/.ssh/authorized_keys, check `ssh NODE hostname` asks nothing; or use a "
+        "launcher that needs no ssh (the profile key launch.launcher: mpirun, srun)",
+        "OpenSSH's ssh client (`Permission denied (publickey)`), pdsh (src/common/pipecmd.c), DeepSpeed's launcher "
+        "ssh check (deepspeed/launcher/runner.py)",
+    ),
     Cause(
-        "module_command", "`module` does not exist",
+        "module_command",
+        "`module` does not exist",
         (r"module: command not found",),
         "the `module` command does not exist where the job script ran (the site's module system was never loaded)",
-        "set the profile key modules.init to the site's init line (e.g. `source /etc/profile.d/modules.sh`), or pass --modules '' where there are none",
-        "bash (`NAME: command not found`)"),
+        "set the profile key modules.init to the site's init line (e.g. `source /etc/profile.d/modules.sh`), or pass "
+        "--modules '' where there are none",
+        "bash (`NAME: command not found`)",
+    ),
     Cause(
-        "module_unknown", "a module does not exist",
-        (r"The following module\(s\) are unknown:\s*(?P<module>\"[^\"\n]*\")?",
-         r"Unable to locate a modulefile for '(?P<module>[^'\n]+)'",
-         r"These module\(s\) or extension\(s\) exist but cannot be loaded as requested:\s*(?P<module>\"[^\"\n]*\")?"),
+        "module_unknown",
+        "a module does not exist",
+        (
+            r"The following module\(s\) are unknown:\s*(?P<module>\"[^\"\n]*\")?",
+            r"Unable to locate a modulefile for '(?P<module>[^'\n]+)'",
+            r"These module\(s\) or extension\(s\) exist but cannot be loaded as requested:\s*(?P<module>\"[^\"\n]*\")?",
+        ),
         "module load failed: the site has no module[[ {module}]] by that name (or it needs others loaded first)",
-        "find the exact name with `module avail` / `module spider NAME` on the login node, then pass it with --modules A,B (replaces the profile's modules.load)",
-        "Lmod (messageDir/en.lua: e_Failed_Load, e_Failed_Load_2); Environment Modules (modulecmd.tcl)"),
+        "find the exact name with `module avail` / `module spider NAME` on the login node, then pass it with "
+        "--modules A,B (replaces the profile's modules.load)",
+        "Lmod (messageDir/en.lua: e_Failed_Load, e_Failed_Load_2); Environment Modules (modulecmd.tcl)",
+    ),
     Cause(
-        "no_torch", "Python without torch/DeepSpeed",
+        "no_torch",
+        "Python without torch/DeepSpeed",
         (r"ModuleNotFoundError: No module named '(?P<module>torch|deepspeed|torchvision)'",),
         "the job's Python has no {module}: no virtualenv (or the wrong one) was activated in the job",
-        "activate the environment that has torch and DeepSpeed: --venv DIR (or the profile's python.venv / python.conda)",
-        "Python (`ModuleNotFoundError`)"),
+        "activate the environment that has torch and DeepSpeed: "
+        "--venv DIR (or the profile's python.venv / python.conda)",
+        "Python (`ModuleNotFoundError`)",
+    ),
     Cause(
-        "cuda_mismatch", "CUDA toolkit is not torch's",
-        (r"Installed CUDA version (?P<system>\d+\.\d+) does not match the version torch was compiled with (?P<torch>\d+\.\d+), unable to compile",),
-        "DeepSpeed will not build its ops: the CUDA toolkit found ({system}) is not the one torch was built with ({torch})",
-        "load the CUDA {torch} module with --modules (or point CUDA_HOME at it), or install the torch build for CUDA {system}; --env DS_SKIP_CUDA_CHECK=1 skips the check at your own risk",
-        "DeepSpeed's op builder (deepspeed/ops/op_builder/builder.py, assert_no_cuda_mismatch)"),
+        "cuda_mismatch",
+        "CUDA toolkit is not torch's",
+        (
+            r"Installed CUDA version (?P<system>\d+\.\d+) does not match the version torch was compiled with "
+            r"(?P<torch>\d+\.\d+), unable to compile",
+        ),
+        "DeepSpeed will not build its ops: the CUDA toolkit found "
+        "({system}) is not the one torch was built with ({torch})",
+        "load the CUDA {torch} module with --modules (or point CUDA_HOME at it), or install the torch build for CUDA "
+        "{system}; --env DS_SKIP_CUDA_CHECK=1 skips the check at your own risk",
+        "DeepSpeed's op builder (deepspeed/ops/op_builder/builder.py, assert_no_cuda_mismatch)",
+    ),
     Cause(
-        "jit_no_compiler", "no compiler for DeepSpeed's ops",
-        (r": (?P<compiler>[^\s:]*(?:c\+\+|g\+\+|gcc|nvcc)): (?:command )?not found",
-         r"No such file or directory: '(?P<compiler>[^'\n]*(?:c\+\+|g\+\+|gcc|nvcc))'",
-         r"error: command '(?P<compiler>[^'\n]+)' failed: No such file or directory"),
+        "jit_no_compiler",
+        "no compiler for DeepSpeed's ops",
+        (
+            r": (?P<compiler>[^\s:]*(?:c\+\+|g\+\+|gcc|nvcc)): (?:command )?not found",
+            r"No such file or directory: '(?P<compiler>[^'\n]*(?:c\+\+|g\+\+|gcc|nvcc))'",
+            r"error: command '(?P<compiler>[^'\n]+)' failed: No such file or directory",
+        ),
         "DeepSpeed could not build its ops: no compiler ({compiler}) on the node",
-        "load the site's compiler and CUDA modules in the job with --modules (e.g. gcc, cuda), or install DeepSpeed with its ops prebuilt (DS_BUILD_OPS=1 pip install deepspeed) where there is one",
-        "the shell (`c++: not found`) under torch.utils.cpp_extension's ninja build; torch's BuildExtension and setuptools (_distutils/spawn.py) at pip install"),
+        "load the site's compiler and CUDA modules in the job with --modules (e.g. gcc, cuda), or install DeepSpeed "
+        "with its ops prebuilt (DS_BUILD_OPS=1 pip install deepspeed) where there is one",
+        "the shell (`c++: not found`) under torch.utils.cpp_extension's ninja build; torch's BuildExtension and "
+        "setuptools (_distutils/spawn.py) at pip install",
+    ),
     Cause(
-        "jit_build", "an op's JIT build failed",
-        (r"Error building extension '(?P<op>[^'\n]+)'",
-         r"error: command '(?P<compiler>[^'\n]+)' failed with exit code \d+"),
+        "jit_build",
+        "an op's JIT build failed",
+        (
+            r"Error building extension '(?P<op>[^'\n]+)'",
+            r"error: command '(?P<compiler>[^'\n]+)' failed with exit code \d+",
+        ),
         "the JIT build of an op[[ ({op})]] failed: the compiler stopped with an error",
-        "the first `error:` line above `ninja: build stopped` names it; load a compiler and CUDA that match torch with --modules, or prebuild the ops (DS_BUILD_OPS=1 pip install deepspeed)",
+        "the first `error:` line above `ninja: build stopped` names it; load a compiler and CUDA that match torch "
+        "with --modules, or prebuild the ops (DS_BUILD_OPS=1 pip install deepspeed)",
         "torch.utils.cpp_extension (`Error building extension`), ninja, setuptools",
-        weak=(r"ninja: build stopped: subcommand failed",)),
+        weak=(r"ninja: build stopped: subcommand failed",),
+    ),
     Cause(
-        "cuda_oom", "GPU out of memory",
-        (r"OutOfMemoryError: (?:CUDA )?[Oo]ut of memory\. Tried to allocate (?P<size>[\d.]+ \w+)",
-         r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ \w+)",
-         r"CUDA error: out of memory"),
+        "cuda_oom",
+        "GPU out of memory",
+        (
+            r"OutOfMemoryError: (?:CUDA )?[Oo]ut of memory\. Tried to allocate (?P<size>[\d.]+ \w+)",
+            r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ \w+)",
+            r"CUDA error: out of memory",
+        ),
         "a GPU ran out of memory[[ (it tried to allocate {size} more)]]",
-        "lower --micro-batch and raise --grad-accum to keep the global batch (--train-args), or shard more: --zero 3, --offload optimizer, --precision bf16; "
-        "`hpc-launch plan` estimates the memory per GPU",
-        "PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, torch.OutOfMemoryError)"),
+        "lower --micro-batch and raise --grad-accum to keep the global batch (--train-args), or shard more: "
+        "--zero 3, --offload optimizer, --precision bf16; `hpc-launch plan` estimates the memory per GPU",
+        "PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, torch.OutOfMemoryError)",
+    ),
     Cause(
-        "host_oom", "host out of memory",
-        (r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+",
-         *scheduler_words("host_oom"),
-         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
-         r"^(?:\[rank\d+\]: )?MemoryError\b"),
+        "host_oom",
+        "host out of memory",
+        (
+            r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+",
+            *scheduler_words("host_oom"),
+            r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+            r"^(?:\[rank\d+\]: )?MemoryError\b",
+        ),
         "a node ran out of host memory: the out-of-memory killer (or the scheduler's memory limit) stopped the job",
-        "use less memory per node: lower --micro-batch, fewer ranks per node (--gpus-per-node), --num-workers 0 or --offload none (--train-args); "
-        "or ask the scheduler for more memory (--directive, e.g. Slurm --mem)",
-        "Slurm slurmstepd (task/cgroup/task_cgroup_memory.c), Linux (mm/oom_kill.c), PBS MoM (mom_main.c: mem, vmem), PyTorch's CPU allocator, Python; "
-        "for a bare SIGKILL: bash (`Killed`), DeepSpeed's launcher (`return code = -9`)",
+        "use less memory per node: lower --micro-batch, fewer ranks per node (--gpus-per-node), --num-workers 0 or "
+        "--offload none (--train-args); or ask the scheduler for more memory (--directive, e.g. Slurm --mem)",
+        "Slurm slurmstepd (task/cgroup/task_cgroup_memory.c), Linux (mm/oom_kill.c), "
+        "PBS MoM (mom_main.c: mem, vmem), PyTorch's CPU allocator, Python; for a "
+        "bare SIGKILL: bash (`Killed`), DeepSpeed's launcher (`return code = -9`)",
         weak=(r"exits with return code = -9\b", r": line \d+: +\d+ Killed\s"),
         signal=lambda f: "exit code 137 (SIGKILL) that nobody asked for" if f.exit_code == 137 else None,
         signal_weak=True,
-        weak_cause="a rank was killed with SIGKILL that nobody asked for: on a compute node that is almost always the out-of-memory killer"),
+        weak_cause=(
+            "a rank was killed with SIGKILL that nobody asked for: on a "
+            "compute node that is almost always the out-of-memory killer"
+        ),
+    ),
     Cause(
-        "queue_limit", "the queue refuses the request",
+        "queue_limit",
+        "the queue refuses the request",
         scheduler_words("queue_limit"),
         "the scheduler will not run the job as asked: it exceeds what the queue allows[[ ({why})]]",
-        "ask for what the queue allows: fewer --nodes, a shorter --walltime or another --queue (`hpc-launch clusters show CLUSTER` lists each queue's limits)",
-        "PBS Pro qsub (pbs_messages.c) and its scheduler's `Can Never Run` comment; Slurm sbatch (slurm_errno.c) and job reasons (job_state_reason.c); Grid Engine qsub"),
+        "ask for what the queue allows: fewer --nodes, a shorter --walltime or another --queue (`hpc-launch clusters "
+        "show CLUSTER` lists each queue's limits)",
+        "PBS Pro qsub (pbs_messages.c) and its scheduler's `Can Never Run` comment; Slurm sbatch (slurm_errno.c) and "
+        "job reasons (job_state_reason.c); Grid Engine qsub",
+    ),
     Cause(
-        "node_failure", "a node failed under the job",
+        "node_failure",
+        "a node failed under the job",
         scheduler_words("node_failure"),
-        "the node {host} failed under the job[[ ({why})]]: the scheduler could not reach it, so the job's ranks there stopped",
+        "the node {host} failed under the job[[ ({why})]]: the "
+        "scheduler could not reach it, so the job's ranks there stopped",
         "submit again (or let --chain's next link run): hpc-launch now keeps jobs on this cluster off {host} for a day "
         "(`hpc-launch hosts` lists it, `hpc-launch hosts --forget {host}` clears it); tell the admins if it stays down",
-        "Slurm srun (src/api/step_launch.c: `Task launch for StepId ... failed on node`, `Node failure on`)"),
+        "Slurm srun (src/api/step_launch.c: `Task launch for StepId ... failed on node`, `Node failure on`)",
+    ),
     Cause(
-        "wrong_interface", "ranks advertised a loopback address",
+        "wrong_interface",
+        "ranks advertised a loopback address",
         (r"Gloo connectFullMesh failed with .*?remote=\[(?P<addr>127\.[\d.]+)\]",),
-        "the ranks told each other a loopback address ({addr}): GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME name lo, or the hostname resolves to 127.0.1.1",
-        "set the profile key net_if to the interface the nodes share (`ip -4 addr` on a compute node, e.g. ib0 or eth0): hpc-launch sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME from it",
-        "gloo (transport/tcp/pair.cc) under PyTorch's ProcessGroupGloo"),
+        "the ranks told each other a loopback address ({addr}): GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME name lo, or "
+        "the hostname resolves to 127.0.1.1",
+        "set the profile key net_if to the interface the nodes share (`ip -4 addr` on a compute node, e.g. ib0 or "
+        "eth0): hpc-launch sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME from it",
+        "gloo (transport/tcp/pair.cc) under PyTorch's ProcessGroupGloo",
+    ),
     Cause(
-        "rendezvous", "a rank cannot reach MASTER_ADDR",
-        (r"(?:DistNetworkError|RuntimeError): The client socket has (?:timed out|failed to connect)[^\n]*?\((?P<addr>[^,()\n]+), (?P<port>\d+)\)",
-         r"Gloo connectFullMesh failed with .*?remote=\[(?P<addr>[^\]\n]+)\]:(?P<port>\d+)",
-         r"RuntimeError: connect\(\) timed out",
-         r"The connection to the C10d store has failed",
-         r"Timed out initializing process group in store based barrier"),
-        "a rank could not reach the rendezvous at MASTER_ADDR:MASTER_PORT or a peer[[ ({addr}:{port})]]: the wrong network interface, a firewall, or a rank that never started",
-        "set the profile key net_if to the interface the nodes reach each other on (hpc-launch takes MASTER_ADDR, GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME from it), "
-        "and check that MASTER_PORT (the `[hpc-launch] MASTER_ADDR=` line) is open between the nodes",
-        "PyTorch c10d (torch/csrc/distributed/c10d/socket.cpp, TCPStore.cpp; distributed_c10d.py; elastic c10d_rendezvous_backend.py), gloo (transport/tcp/pair.cc)",
-        weak=(r"Connection refused", r"No route to host")),
+        "rendezvous",
+        "a rank cannot reach MASTER_ADDR",
+        (
+            r"(?:DistNetworkError|RuntimeError): The client socket has (?:timed out|failed to connect)"
+            r"[^\n]*?\((?P<addr>[^,()\n]+), (?P<port>\d+)\)",
+            r"Gloo connectFullMesh failed with .*?remote=\[(?P<addr>[^\]\n]+)\]:(?P<port>\d+)",
+            r"RuntimeError: connect\(\) timed out",
+            r"The connection to the C10d store has failed",
+            r"Timed out initializing process group in store based barrier",
+        ),
+        "a rank could not reach the rendezvous at MASTER_ADDR:MASTER_PORT or a peer[[ ({addr}:{port})]]: the wrong "
+        "network interface, a firewall, or a rank that never started",
+        "set the profile key net_if to the interface the nodes reach each other on (hpc-launch takes MASTER_ADDR, "
+        "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME from it), and check that MASTER_PORT (the `[hpc-launch] "
+        "MASTER_ADDR=` line) is open between the nodes",
+        "PyTorch c10d (torch/csrc/distributed/c10d/socket.cpp, TCPStore.cpp; distributed_c10d.py; elastic "
+        "c10d_rendezvous_backend.py), gloo (transport/tcp/pair.cc)",
+        weak=(r"Connection refused", r"No route to host"),
+    ),
     Cause(
-        "hang", "a rank hung (watchdog)",
-        (r"^\[hpc-launch\] hang: rank (?P<rank>\d+) on (?P<host>\S+) (?P<why>.*?); no rank advanced for (?P<idle>\d+) s \(bound (?P<bound>\d+) s\)",),
-        "the job hung: rank {rank} on {host} {why}, and the others waited for it {idle} s (the watchdog's bound was {bound} s); "
-        "the live ranks' Python stacks are in the log (`[hpc-launch] stacks of rank`)",
-        "read rank {rank}'s stack (or the others': where they wait) in the log; if {host} froze, submit again: hpc-launch keeps "
-        "later jobs off it for a day (`hpc-launch hosts`); a training that legitimately pauses longer sets HPC_LAUNCH_HANG_S",
+        "hang",
+        "a rank hung (watchdog)",
+        (
+            r"^\[hpc-launch\] hang: rank (?P<rank>\d+) on (?P<host>\S+) (?P<why>.*?); no rank advanced for "
+            r"(?P<idle>\d+) s \(bound (?P<bound>\d+) s\)",
+        ),
+        "the job hung: rank {rank} on {host} {why}, and the others waited for it {idle} s (the watchdog's bound was "
+        "{bound} s); the live ranks' Python stacks are in the log (`[hpc-launch] stacks of rank`)",
+        "read rank {rank}'s stack (or the others': where they wait) in the log; if {host} "
+        "froze, submit again: hpc-launch keeps later jobs off it for a day (`hpc-launch "
+        "hosts`); a training that legitimately pauses longer sets HPC_LAUNCH_HANG_S",
         "the shipped entrypoint's watchdog (train/watchdog.py; exit 124)",
-        signal=lambda f: "exit code 124: the watchdog ended a hung job" if f.exit_code == 124 else None, signal_weak=True),
+        signal=lambda f: "exit code 124: the watchdog ended a hung job" if f.exit_code == 124 else None,
+        signal_weak=True,
+    ),
     Cause(
-        "collective_timeout", "a collective timed out (NCCL/gloo)",
-        (r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)\n]*)\) ran for (?P<ms>\d+) milliseconds",
-         r"Watchdog caught collective operation timeout",
-         r"Timed out waiting (?P<ms>\d+)ms for (?:recv|send) operation to complete"),
-        "a collective operation timed out[[ after {ms} ms]]: a rank stopped (crashed, hung, far slower than the others) or the interconnect failed",
-        "look for an earlier failure of one rank in the log (it shows under `also seen`); if there is none a rank hung: check its data loading and the interconnect "
-        "(--env NCCL_DEBUG=INFO), and set the profile key net_if to the fast interface (e.g. ib0)",
-        "PyTorch's ProcessGroupNCCL watchdog (ProcessGroupNCCL.cpp); gloo (transport/tcp/unbound_buffer.cc)"),
+        "collective_timeout",
+        "a collective timed out (NCCL/gloo)",
+        (
+            r"Watchdog caught collective operation timeout: "
+            r"WorkNCCL\((?P<work>[^)\n]*)\) ran for (?P<ms>\d+) milliseconds",
+            r"Watchdog caught collective operation timeout",
+            r"Timed out waiting (?P<ms>\d+)ms for (?:recv|send) operation to complete",
+        ),
+        "a collective operation timed out[[ after {ms} ms]]: a rank stopped (crashed, hung, far slower than the "
+        "others) or the interconnect failed",
+        "look for an earlier failure of one rank in the log (it shows under `also seen`); if there is none a rank "
+        "hung: check its data loading and the interconnect (--env NCCL_DEBUG=INFO), and set the profile key net_if "
+        "to the fast interface (e.g. ib0)",
+        "PyTorch's ProcessGroupNCCL watchdog (ProcessGroupNCCL.cpp); gloo (transport/tcp/unbound_buffer.cc)",
+    ),
     Cause(
-        "stopped_for_time", "stopped itself before its walltime (resumable)",
+        "stopped_for_time",
+        "stopped itself before its walltime (resumable)",
         (r"^\[hpc-train\] stopped for time at step (?P<step>\d+) of (?P<total>\d+)",),
-        "the training stopped itself before its walltime[[ at step {step} of {total}]], after writing a complete checkpoint: nothing failed",
-        "nothing to fix: submit the same job again, or use --chain N, and it resumes from that checkpoint; ask for more --walltime to need fewer links",
+        "the training stopped itself before its walltime[[ at step {step} "
+        "of {total}]], after writing a complete checkpoint: nothing failed",
+        "nothing to fix: submit the same job again, or use --chain N, and it resumes from that checkpoint; ask for "
+        "more --walltime to need fewer links",
         "the shipped entrypoint (train/trainer.py, exit 75 = stopped for time, resumable)",
-        signal=lambda f: "exit code 75: stopped for time at a complete checkpoint, resumable" if f.exit_code == 75 else None),
+        signal=lambda f: (
+            "exit code 75: stopped for time at a complete checkpoint, resumable" if f.exit_code == 75 else None
+        ),
+    ),
     Cause(
-        "walltime", "walltime exceeded",
+        "walltime",
+        "walltime exceeded",
         scheduler_words("walltime"),
         "the job ran out of walltime[[ ({used} s used, limit {limit} s)]]: the scheduler killed it at its limit",
-        "ask for more with --walltime (up to the queue's limit: `hpc-launch clusters show CLUSTER`), or train in pieces that resume: "
-        "--train-args '... --checkpoint-dir DIR --checkpoint-every N' (the next job resumes by itself)",
-        "PBS MoM (`=>> PBS: job killed: walltime`, mom_main.c); Slurm slurmstepd (`DUE TO TIME LIMIT`, slurmstepd/req.c); Grid Engine h_rt (qacct failed 37) through the job's state",
-        signal=lambda f: "the scheduler ended the job at its time limit (state timeout)" if f.state == "timeout" and f.exit_code != 75 else None),
+        "ask for more with --walltime (up to the queue's limit: `hpc-launch "
+        "clusters show CLUSTER`), or train in pieces that resume: --train-args '... "
+        "--checkpoint-dir DIR --checkpoint-every N' (the next job resumes by itself)",
+        "PBS MoM (`=>> PBS: job killed: walltime`, mom_main.c); Slurm slurmstepd (`DUE TO TIME LIMIT`, "
+        "slurmstepd/req.c); Grid Engine h_rt (qacct failed 37) through the job's state",
+        signal=lambda f: (
+            "the scheduler ended the job at its time limit (state timeout)"
+            if f.state == "timeout" and f.exit_code != 75
+            else None
+        ),
+    ),
 )
 
 # Lines worth showing when nothing known matched; loggers' routine INFO/WARNING lines are not.
-_ERRORISH = re.compile(r"(?i)\b(error|exception|traceback|fatal|failed|failure|killed|denied|refused|timed out|not found|no such file|abort(ed)?|segmentation fault)\b")
+_ERRORISH = re.compile(
+    r"(?i)\b(error|exception|traceback|fatal|failed|failure|killed|denied|refused|timed out|not found"
+    r"|no such file|abort(ed)?|segmentation fault)\b"
+)
 _ROUTINE = re.compile(r"\[(INFO|WARNING|DEBUG)\]|^\[hpc-train\]")
 _EVIDENCE_CHARS = 220
 
@@ -263,17 +404,17 @@ _EVIDENCE_CHARS = 220
 @dataclass(frozen=True)
 class Finding:
     cause: Cause
-    text: str                # the cause line
+    text: str  # the cause line
     fix: str
-    evidence: str            # the log line (or the scheduler's word) that shows it
-    line_no: Optional[int]   # 1-based line of the log; None when it came from the scheduler or the exit status
+    evidence: str  # the log line (or the scheduler's word) that shows it
+    line_no: Optional[int]  # 1-based line of the log; None when it came from the scheduler or the exit status
     strong: bool
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    findings: Tuple[Finding, ...]                 # best first
-    tail: Tuple[Tuple[int, str], ...] = ()       # the log's last error-like lines, for an unrecognised failure
+    findings: Tuple[Finding, ...]  # best first
+    tail: Tuple[Tuple[int, str], ...] = ()  # the log's last error-like lines, for an unrecognised failure
     facts: Facts = Facts()
 
     @property
@@ -305,7 +446,7 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
             strong.append(_finding(cause, {}, said, None, strong=True))
         elif facts.cancelled:
             continue  # a cancel explains a kill signal
-        elif (hit := _search(cause.weak, text, facts)):
+        elif hit := _search(cause.weak, text, facts):
             weak.append(_finding(cause, *hit, strong=False))
         elif said:
             weak.append(_finding(cause, {}, said, None, strong=False))
@@ -327,7 +468,7 @@ def _search(patterns: Sequence[str], text: str, facts: Facts):
         if m:
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.start())
-            line = text[start:end if end >= 0 else len(text)]
+            line = text[start : end if end >= 0 else len(text)]
             return m.groupdict(), _clip(line, m.start() - start), text.count("\n", 0, start) + 1
         m = rx.search(facts.comment) if facts.comment else None
         if m:
@@ -340,11 +481,13 @@ def _clip(line: str, at: int) -> str:
     \\r), at most a screen wide."""
     start = line.rfind("\r", 0, at) + 1
     end = line.find("\r", at)
-    piece = line[start:end if end >= 0 else len(line)].strip()
-    return piece if len(piece) <= _EVIDENCE_CHARS else piece[:_EVIDENCE_CHARS - 3] + "..."
+    piece = line[start : end if end >= 0 else len(line)].strip()
+    return piece if len(piece) <= _EVIDENCE_CHARS else piece[: _EVIDENCE_CHARS - 3] + "..."
 
 
-def _finding(cause: Cause, groups: Dict[str, Optional[str]], evidence: str, line_no: Optional[int], *, strong: bool) -> Finding:
+def _finding(
+    cause: Cause, groups: Dict[str, Optional[str]], evidence: str, line_no: Optional[int], *, strong: bool
+) -> Finding:
     values = {k: v.strip() for k, v in groups.items() if v}
     if {"micro", "accum", "world"} <= values.keys():
         values["want"] = str(int(values["micro"]) * int(values["accum"]) * int(values["world"]))
@@ -362,7 +505,9 @@ def _fill(template: str, values: Dict[str, str]) -> str:
 
 
 def _errorish_tail(lines: List[str], n: int = 3) -> List[Tuple[int, str]]:
-    picked = [(i + 1, _clip(line, 0)) for i, line in enumerate(lines) if _ERRORISH.search(line) and not _ROUTINE.search(line)]
+    picked = [
+        (i + 1, _clip(line, 0)) for i, line in enumerate(lines) if _ERRORISH.search(line) and not _ROUTINE.search(line)
+    ]
     if not picked:
         picked = [(i + 1, _clip(line, 0)) for i, line in enumerate(lines) if line.strip()]
     return picked[-n:]
@@ -373,17 +518,27 @@ def _where(f: Finding) -> str:
 
 
 def _also(d: Diagnosis) -> str:
-    return "; ".join(f"{f.cause.title} ({'line ' + str(f.line_no) if f.line_no else 'scheduler'})" for f in d.findings[1:])
+    return "; ".join(
+        f"{f.cause.title} ({'line ' + str(f.line_no) if f.line_no else 'scheduler'})" for f in d.findings[1:]
+    )
 
 
 def report_lines(d: Diagnosis) -> List[str]:
     """`hpc-launch doctor`'s output: cause, fix, evidence (with its line number), also seen."""
     if d.succeeded:
-        return ["cause: nothing failed: the job ended done" + (f" with exit code {d.facts.exit_code}" if d.facts.exit_code is not None else "")]
+        return [
+            "cause: nothing failed: the job ended done"
+            + (f" with exit code {d.facts.exit_code}" if d.facts.exit_code is not None else "")
+        ]
     if not d.findings:
-        return (["cause: not recognised: none of the failures doctor knows (docs/commands.md#doctor) shows in the log or the scheduler's word"]
-                + [f"evidence: line {n}: {text}" for n, text in d.tail]
-                + ["fix: unknown; start from the evidence lines above, in the log itself"])
+        return (
+            [
+                "cause: not recognised: none of the failures doctor knows "
+                "(docs/commands.md#doctor) shows in the log or the scheduler's word"
+            ]
+            + [f"evidence: line {n}: {text}" for n, text in d.tail]
+            + ["fix: unknown; start from the evidence lines above, in the log itself"]
+        )
     top = d.findings[0]
     out = [f"cause: {top.text}", f"fix: {top.fix}", f"evidence: {_where(top)}"]
     if len(d.findings) > 1:
@@ -396,8 +551,9 @@ def summary_lines(d: Diagnosis) -> List[str]:
     if d.succeeded:
         return []
     if not d.findings:
-        return (["cause     not recognised by doctor: the log's last error lines are"]
-                + [f"evidence  line {n}: {text}" for n, text in d.tail])
+        return ["cause     not recognised by doctor: the log's last error lines are"] + [
+            f"evidence  line {n}: {text}" for n, text in d.tail
+        ]
     top = d.findings[0]
     out = [f"cause     {top.text}", f"fix       {top.fix}", f"evidence  {_where(top)}"]
     if len(d.findings) > 1:

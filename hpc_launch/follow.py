@@ -64,24 +64,43 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
     def on_reconnect(reason: str, delay: float) -> None:
         if status is not None:
             status.stop()
-        sys.stderr.write(f"hpc-launch: lost contact with {record.host} ({reason}); trying again in {delay:.0f} s (the job is not affected)\n")
+        sys.stderr.write(
+            f"hpc-launch: lost contact with {record.host} ({reason}); "
+            f"trying again in {delay:.0f} s (the job is not affected)\n"
+        )
 
     try:
-        final = follow(transport, record.log_path, state=state_poller(transport, record, store, on_comment=on_comment),
-                       write=write, on_wait=on_wait, script=record.script_name, on_reconnect=on_reconnect)
+        final = follow(
+            transport,
+            record.log_path,
+            state=state_poller(transport, record, store, on_comment=on_comment),
+            write=write,
+            on_wait=on_wait,
+            script=record.script_name,
+            on_reconnect=on_reconnect,
+        )
     except KeyboardInterrupt:
-        sys.stderr.write(f"\nhpc-launch: stopped following; job {record.job_id} keeps running on {record.cluster}. "
-                         f"Reattach: hpc-launch logs -f {record.job_id}   Stop it: hpc-launch cancel {record.job_id}\n")
+        sys.stderr.write(
+            f"\nhpc-launch: stopped following; job {record.job_id} keeps running on {record.cluster}. "
+            f"Reattach: hpc-launch logs -f {record.job_id}   Stop it: hpc-launch cancel {record.job_id}\n"
+        )
         return EXIT_SIGINT
     finally:
         if status is not None:
             status.stop()
     sys.stdout.write(shown.flush())
     rec = store.get(record.job_id, record.cluster)
-    code = rec.exit_code if rec.exit_code is not None else read_exit_code(transport, record.exit_path, record.script_name)
+    code = (
+        rec.exit_code if rec.exit_code is not None else read_exit_code(transport, record.exit_path, record.script_name)
+    )
     sys.stderr.write(summary_block(rec, "".join(collected), final, code) + "\n")
     why = f" ({rec.comment})" if rec.comment else ""
-    sys.stderr.write(f"hpc-launch: job {record.job_id} {final.value}" + (f" with exit code {code}" if code is not None else "") + why + "\n")
+    sys.stderr.write(
+        f"hpc-launch: job {record.job_id} {final.value}"
+        + (f" with exit code {code}" if code is not None else "")
+        + why
+        + "\n"
+    )
     return _exit_code(final, code)
 
 
@@ -96,21 +115,32 @@ def follow_chain(record: JobRecord, *, store: Optional[JobStore] = None, show_al
     code = 0
     for i, link in enumerate(links):
         if len(links) > 1:
-            sys.stderr.write(f"hpc-launch: chain {link.extra['chain']}: link {link.extra['link']} of {link.extra['links']} is job {link.job_id}\n")
+            sys.stderr.write(
+                f"hpc-launch: chain {link.extra['chain']}: link {link.extra['link']} "
+                f"of {link.extra['links']} is job {link.job_id}\n"
+            )
         code = follow_job(link, store=store, show_all=show_all)
         if code != EXIT_RESUMABLE:
-            rest = links[i + 1:]
+            rest = links[i + 1 :]
             if rest and code == 0:
-                sys.stderr.write(f"hpc-launch: training finished in link {link.extra['link']}; the {len(rest)} later link(s) "
-                                 "find it complete and end at once\n")
+                sys.stderr.write(
+                    f"hpc-launch: training finished in link {link.extra['link']}; the {len(rest)} later link(s) "
+                    "find it complete and end at once\n"
+                )
             return code
     return code
 
 
 def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional[int]) -> str:
     """The end-of-job block; for a job that did not finish well, doctor's cause and fix too."""
-    s = summarise(log_text, state=state.value, exit_code=code, log_path=rec.log_path,
-                  submit_time=rec.submit_time, end_time=rec.end_time)
+    s = summarise(
+        log_text,
+        state=state.value,
+        exit_code=code,
+        log_path=rec.log_path,
+        submit_time=rec.submit_time,
+        end_time=rec.end_time,
+    )
     if state in (JobState.FAILED, JobState.TIMEOUT):
         s.cause = diagnosis_lines(log_text, rec, code)
     text = format_summary(s, rec.job_id)
@@ -131,15 +161,24 @@ def host_lines(rec: JobRecord, log_text: str) -> List[str]:
     spares = re.search(r"^\[hpc-launch\] spares: (training on .*)$", log_text, re.M)
     if spares:
         lines.append(f"  hosts     {spares.group(1)}")
-    gate = re.search(r"^\[hpc-launch\] preflight ok: (\d+ ranks? on \d+ hosts?): .*?; all-reduce (.*?); gate ([\d.]+ s)$", log_text, re.M)
+    gate = re.search(
+        r"^\[hpc-launch\] preflight ok: (\d+ ranks? on \d+ hosts?): .*?; all-reduce (.*?); gate ([\d.]+ s)$",
+        log_text,
+        re.M,
+    )
     if gate:
         lines.append(f"  preflight {gate.group(1)} as planned in {gate.group(3)}; all-reduce {gate.group(2)}")
     for m in re.finditer(r"^\[hpc-launch\] straggler: rank (\d+) on (\S+) is ([\d.]+x) slower", log_text, re.M):
-        lines.append(f"  hosts     straggler: {m.group(2)} (rank {m.group(1)}, {m.group(3)} slower than the median rank)")
+        lines.append(
+            f"  hosts     straggler: {m.group(2)} (rank {m.group(1)}, {m.group(3)} slower than the median rank)"
+        )
     bad = extra.get("bad_hosts") or bad_hosts_in(log_text)
     if bad:
-        lines.append("  hosts     found bad: " + "; ".join(f"{h} ({why})" for h, why in bad.items())
-                     + ": later jobs avoid them (`hpc-launch hosts`)")
+        lines.append(
+            "  hosts     found bad: "
+            + "; ".join(f"{h} ({why})" for h, why in bad.items())
+            + ": later jobs avoid them (`hpc-launch hosts`)"
+        )
     return lines
 
 

@@ -38,8 +38,9 @@ def parse_line(line: str) -> Optional[Tuple[str, str]]:
     return parts[1], parts[2]
 
 
-def listen(port: int, *, expect: List[str], count: int, timeout: float, bind: str = "0.0.0.0",
-           log=sys.stderr) -> Tuple[Dict[str, str], List[str]]:
+def listen(
+    port: int, *, expect: List[str], count: int, timeout: float, bind: str = "0.0.0.0", log=sys.stderr
+) -> Tuple[Dict[str, str], List[str]]:
     """Wait for `expect` (names), or for `count` workers of any name when none are named.
     Returns ({name: address} in arrival order, names still missing)."""
     got: Dict[str, str] = {}
@@ -71,7 +72,9 @@ def listen(port: int, *, expect: List[str], count: int, timeout: float, bind: st
                     continue
                 found = parse_line(data)
                 if found is None:
-                    log.write(f"[hpc-launch] gather: ignored a connection from {peer[0]} that did not announce itself\n")
+                    log.write(
+                        f"[hpc-launch] gather: ignored a connection from {peer[0]} that did not announce itself\n"
+                    )
                     continue
                 name, address = found
                 if expect and name not in expect:
@@ -99,8 +102,15 @@ class Refused(Exception):
     """The listener answered, and not `ok`: retrying would not change its mind."""
 
 
-def announce(target: str, port: int, *, name: Optional[str] = None, address: Optional[str] = None,
-             timeout: float = 120.0, retry_every: float = 1.0) -> Tuple[str, str]:
+def announce(
+    target: str,
+    port: int,
+    *,
+    name: Optional[str] = None,
+    address: Optional[str] = None,
+    timeout: float = 120.0,
+    retry_every: float = 1.0,
+) -> Tuple[str, str]:
     """Tell the listener at target:port who we are; retried until it listens (workers often start
     first). The address is the one this machine uses to reach the listener unless given."""
     name = name or socket.gethostname()
@@ -141,12 +151,17 @@ def _main(argv: Optional[List[str]] = None) -> int:
     try:
         got, missing = listen(args.port, expect=expect, count=args.count, timeout=args.timeout)
     except OSError as exc:
-        sys.stderr.write(f"[hpc-launch] error: cannot listen on port {args.port} for --gather: {exc.strerror or exc}; pass another --gather PORT\n")
+        sys.stderr.write(
+            f"[hpc-launch] error: cannot listen on port {args.port} for "
+            f"--gather: {exc.strerror or exc}; pass another --gather PORT\n"
+        )
         return 3
     if missing:
         reported = ", ".join(f"{n} ({a})" for n, a in got.items()) or "none"
-        sys.stderr.write(f"[hpc-launch] error: {', '.join(missing)} did not announce within {args.timeout:.0f} s on port {args.port} "
-                         f"(reported: {reported}); run `hpc-launch announce {args.self_addr}:{args.port}` on each\n")
+        sys.stderr.write(
+            f"[hpc-launch] error: {', '.join(missing)} did not announce within {args.timeout:.0f} s on port "
+            f"{args.port} (reported: {reported}); run `hpc-launch announce {args.self_addr}:{args.port}` on each\n"
+        )
         return 3
     order = expect or list(got)
     lines = [f"{args.self_addr} slots={args.slots}"] + [f"{got[n]} slots={args.slots}" for n in order]

@@ -22,6 +22,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from .errors import HostfileError
 from .nodelist import count_hosts, expand_slurm_nodelist, read_node_file
 
+
 def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tuple[str, "OrderedDict[str, int]"]:
     """(source description, host -> slots) from the node list of the scheduler whose job this is
     (`prefer`: only that scheduler's). Each dialect knows its own variables and their format."""
@@ -46,7 +47,9 @@ def nodes_from_file(path: str) -> "OrderedDict[str, int]":
     return count_hosts(read_node_file(path, "--nodefile").splitlines(), f"--nodefile {path}")
 
 
-def filter_hosts(hosts: "OrderedDict[str, int]", include: Optional[str], exclude: Optional[str]) -> "OrderedDict[str, int]":
+def filter_hosts(
+    hosts: "OrderedDict[str, int]", include: Optional[str], exclude: Optional[str]
+) -> "OrderedDict[str, int]":
     """DeepSpeed's `--include/--exclude` syntax, host level: `host1@host2`.
 
     Slot-level specs (`host:0,1`) select GPU indices, which a hostfile cannot express: those
@@ -60,9 +63,15 @@ def filter_hosts(hosts: "OrderedDict[str, int]", include: Optional[str], exclude
     names = [s for s in spec.split("@") if s]
     for name in names:
         if ":" in name:
-            raise HostfileError(f"slot-level filter {name!r} cannot be written into a hostfile", hint="pass it to deepspeed --include/--exclude instead")
+            raise HostfileError(
+                f"slot-level filter {name!r} cannot be written into a hostfile",
+                hint="pass it to deepspeed --include/--exclude instead",
+            )
         if name not in hosts:
-            raise HostfileError(f"host {name!r} in the filter is not in the node list ({', '.join(list(hosts)[:5])}{'...' if len(hosts) > 5 else ''})")
+            raise HostfileError(
+                f"host {name!r} in the filter is not in the node list "
+                f"({', '.join(list(hosts)[:5])}{'...' if len(hosts) > 5 else ''})"
+            )
     keep = (lambda h: h in names) if include else (lambda h: h not in names)
     return OrderedDict((h, s) for h, s in hosts.items() if keep(h))
 

@@ -39,24 +39,56 @@ class Launcher:
         return f"body/launch/{self.name}.sh.j2"
 
 
-_LAUNCHERS: Dict[str, Launcher] = {entry.name: entry for entry in (
-    Launcher("deepspeed", "DeepSpeed's launcher on one node (local, single-node jobs)",
-             ("torch",), "inherited (one node)",
-             deepspeed_cli=True, single_node=True),
-    Launcher("deepspeed-pdsh", "DeepSpeed's launcher fanning out over ssh/pdsh (pods, sites with node ssh)",
-             ("torch",), ".deepspeed_env",
-             deepspeed_cli=True, env_file=True, env_via_shell=True, over_ssh=True),
-    Launcher("deepspeed-openmpi", "DeepSpeed's launcher driving mpirun (the ABCI 2.0 tutorial)",
-             ("openmpi",), ".deepspeed_env (turned into mpirun -x)", deepspeed_cli=True, env_file=True),
-    Launcher("mpirun", "Open MPI mpirun, one rank per GPU", ("openmpi",), "mpirun -x NAME"),
-    Launcher("mpiexec", "MPICH/PALS mpiexec (Polaris), one rank per GPU", ("pmi", "pmix", "pals"), "mpiexec --envall", cpu_bind=True),
-    Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)",
-             ("torch",), "mpirun -x NAME"),
-    Launcher("srun", "Slurm srun, one task per GPU", ("slurm",), "srun (whole environment)",
-             places_by_hostfile=False),
-    Launcher("srun-torchrun", "srun one task per node, torchrun inside with a static rendezvous",
-             ("torch",), "srun (whole environment)", places_by_hostfile=False),
-)}
+_LAUNCHERS: Dict[str, Launcher] = {
+    entry.name: entry
+    for entry in (
+        Launcher(
+            "deepspeed",
+            "DeepSpeed's launcher on one node (local, single-node jobs)",
+            ("torch",),
+            "inherited (one node)",
+            deepspeed_cli=True,
+            single_node=True,
+        ),
+        Launcher(
+            "deepspeed-pdsh",
+            "DeepSpeed's launcher fanning out over ssh/pdsh (pods, sites with node ssh)",
+            ("torch",),
+            ".deepspeed_env",
+            deepspeed_cli=True,
+            env_file=True,
+            env_via_shell=True,
+            over_ssh=True,
+        ),
+        Launcher(
+            "deepspeed-openmpi",
+            "DeepSpeed's launcher driving mpirun (the ABCI 2.0 tutorial)",
+            ("openmpi",),
+            ".deepspeed_env (turned into mpirun -x)",
+            deepspeed_cli=True,
+            env_file=True,
+        ),
+        Launcher("mpirun", "Open MPI mpirun, one rank per GPU", ("openmpi",), "mpirun -x NAME"),
+        Launcher(
+            "mpiexec",
+            "MPICH/PALS mpiexec (Polaris), one rank per GPU",
+            ("pmi", "pmix", "pals"),
+            "mpiexec --envall",
+            cpu_bind=True,
+        ),
+        Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)", ("torch",), "mpirun -x NAME"),
+        Launcher(
+            "srun", "Slurm srun, one task per GPU", ("slurm",), "srun (whole environment)", places_by_hostfile=False
+        ),
+        Launcher(
+            "srun-torchrun",
+            "srun one task per node, torchrun inside with a static rendezvous",
+            ("torch",),
+            "srun (whole environment)",
+            places_by_hostfile=False,
+        ),
+    )
+}
 
 
 def get(name: str) -> Launcher:

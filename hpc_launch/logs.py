@@ -21,7 +21,7 @@ from hpc_launch.transport import Transport
 
 log = logging.getLogger(__name__)
 
-MAX_STATE_FAILURES = 5     # consecutive failed state queries tolerated (one bad qstat must not end a follow)
+MAX_STATE_FAILURES = 5  # consecutive failed state queries tolerated (one bad qstat must not end a follow)
 _CHUNK = 1 << 20
 
 
@@ -95,11 +95,21 @@ class LogTail:
         return "".join(parts)
 
 
-def follow(transport: Transport, path: str, *, state: Callable[[], JobState], write: Callable[[str], None],
-           on_wait: Optional[Callable[[float], None]] = None, poll_interval: float = 0.2,
-           stop: Optional[threading.Event] = None, script: Optional[str] = None,
-           on_reconnect: Optional[Callable[[str, float], None]] = None,
-           poll: Backoff = POLL, reconnect: Backoff = RECONNECT, give_up_s: float = RECONNECT_GIVE_UP_S) -> JobState:
+def follow(
+    transport: Transport,
+    path: str,
+    *,
+    state: Callable[[], JobState],
+    write: Callable[[str], None],
+    on_wait: Optional[Callable[[float], None]] = None,
+    poll_interval: float = 0.2,
+    stop: Optional[threading.Event] = None,
+    script: Optional[str] = None,
+    on_reconnect: Optional[Callable[[str, float], None]] = None,
+    poll: Backoff = POLL,
+    reconnect: Backoff = RECONNECT,
+    give_up_s: float = RECONNECT_GIVE_UP_S,
+) -> JobState:
     """Stream the log to `write` until the job ends and the log is drained; return the final state.
 
     `on_wait(seconds)` is called on every poll while the log does not exist yet (job queued).

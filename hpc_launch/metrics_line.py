@@ -39,7 +39,9 @@ _DS_FIELDS = {
     "MaxMemAllocated": "mem_peak_gb",
     "global_step": "step",
 }
-_DS_KV = re.compile(r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated|global_step)=([0-9.eE+-]+)(?:GB)?")
+_DS_KV = re.compile(
+    r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated|global_step)=([0-9.eE+-]+)(?:GB)?"
+)
 
 
 def format_step_line(**fields: Number) -> str:

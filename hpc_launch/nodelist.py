@@ -65,7 +65,7 @@ def _expand_item(item: str, budget: int) -> List[str]:
         if budget < 1:
             raise _too_many(item)
         return [item]
-    head, tail = item[: m.start()], item[m.end():]
+    head, tail = item[: m.start()], item[m.end() :]
     out: List[str] = []
     for rng in m.group(1).split(","):
         bounds = rng.split("-")
@@ -89,15 +89,22 @@ def _expand_item(item: str, budget: int) -> List[str]:
 
 
 def _too_many(item: str) -> HostfileError:
-    return HostfileError(f"node list item {item[:80]!r} names more than {MAX_HOSTS:,} hosts",
-                         hint="check the ranges in the node list (a typo such as n[1-99999999999]?)")
+    return HostfileError(
+        f"node list item {item[:80]!r} names more than {MAX_HOSTS:,} hosts",
+        hint="check the ranges in the node list (a typo such as n[1-99999999999]?)",
+    )
 
 
 def _line_format(parts: List[str]) -> Tuple[str, int]:
     """(format, slots) of a host line of more than one word; format "" when unreadable."""
     if len(parts) == 2 and parts[1].startswith("slots=") and parts[1][6:].isdigit():
         return "deepspeed", int(parts[1][6:])  # DeepSpeed / Open MPI hostfile
-    if len(parts) == 3 and parts[1].startswith("slots=") and parts[1][6:].isdigit() and re.fullmatch(r"max_slots=\d+", parts[2]):
+    if (
+        len(parts) == 3
+        and parts[1].startswith("slots=")
+        and parts[1][6:].isdigit()
+        and re.fullmatch(r"max_slots=\d+", parts[2])
+    ):
         return "deepspeed", int(parts[1][6:])  # Open MPI's optional max_slots
     if len(parts) in (3, 4) and parts[1].isdigit() and "=" not in parts[2]:
         return "pe_hostfile", int(parts[1])  # Grid Engine: host slots queue [processors|binding] (sge_pe(5))
@@ -138,11 +145,16 @@ def count_hosts(lines: Iterable[str], origin: str = "the node list") -> "Ordered
         else:
             fmt, slots = _line_format(parts)
             if not fmt:
-                raise HostfileError(f"cannot read line {lines.index(line) + 1} of {origin}: {line.strip()[:120]!r}",
-                                    hint="write one host per line, `host slots=N` lines, or pass a hostlist with --hosts")
+                raise HostfileError(
+                    f"cannot read line {lines.index(line) + 1} of {origin}: {line.strip()[:120]!r}",
+                    hint="write one host per line, `host slots=N` lines, or pass a hostlist with --hosts",
+                )
         if fmt != seen_format:
             if seen_format:
-                raise HostfileError(f"line {lines.index(line) + 1} of {origin} mixes formats ({fmt} after {seen_format}): {line.strip()[:120]!r}")
+                raise HostfileError(
+                    f"line {lines.index(line) + 1} of {origin} mixes formats "
+                    f"({fmt} after {seen_format}): {line.strip()[:120]!r}"
+                )
             seen_format = fmt
         host = parts[0]
         if fmt == "deepspeed" and (host in counts or times > 1):

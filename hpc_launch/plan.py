@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .errors import HpcLaunchError, SpecError
 
-GIB = 1024 ** 3
+GIB = 1024**3
 HEADROOM = 0.25  # fraction of GPU memory kept for activations and buffers
 BUFFER_FACTOR = 1.5  # DeepSpeed's default additional_buffer_factor for CPU-side estimates
 
@@ -78,20 +78,29 @@ def _rows(total: int, largest: int, nodes: int, gpus_per_node: int) -> List[Tupl
     rows.append((0, "none", 20 * total, host, "stage-2 byte accounting"))
     rows.append((1, "none", 4 * total + int(16 * total / n_gpus), host, "stage-2 byte accounting"))
     for offload in (False, True):
-        cpu, gpu = estimate_zero2_model_states_mem_needs(total, gpus_per_node, nodes, cpu_offload=offload,
-                                                         additional_buffer_factor=BUFFER_FACTOR)
+        cpu, gpu = estimate_zero2_model_states_mem_needs(
+            total, gpus_per_node, nodes, cpu_offload=offload, additional_buffer_factor=BUFFER_FACTOR
+        )
         rows.append((2, "optimizer" if offload else "none", gpu, cpu, "estimate_zero2_model_states_mem_needs"))
     for offload, params in ((False, False), (True, False), (True, True)):
-        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(total, largest, gpus_per_node, nodes,
-                                                            cpu_offload=offload, cpu_offload_params=params,
-                                                            zero_init=True, additional_buffer_factor=BUFFER_FACTOR)
+        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
+            total,
+            largest,
+            gpus_per_node,
+            nodes,
+            cpu_offload=offload,
+            cpu_offload_params=params,
+            zero_init=True,
+            additional_buffer_factor=BUFFER_FACTOR,
+        )
         name = "optimizer+params" if params else ("optimizer" if offload else "none")
         rows.append((3, name, gpu, cpu, "estimate_zero3_model_states_mem_needs"))
     return rows
 
 
-def plan_memory(model: str, nodes: int, gpus_per_node: int, gpu_mem_gib: float,
-                cpu_mem_gib: Optional[float] = None) -> PlanResult:
+def plan_memory(
+    model: str, nodes: int, gpus_per_node: int, gpu_mem_gib: float, cpu_mem_gib: Optional[float] = None
+) -> PlanResult:
     """Per-stage memory for `model` on nodes x gpus_per_node GPUs of gpu_mem_gib each.
 
     recommended: the first row that fits, in order of speed: no offload before offload, and
@@ -99,8 +108,10 @@ def plan_memory(model: str, nodes: int, gpus_per_node: int, gpu_mem_gib: float,
     if nodes < 1 or gpus_per_node < 1 or gpu_mem_gib <= 0:
         from hpc_launch.errors import SpecError
 
-        raise SpecError(f"plan needs nodes >= 1, gpus_per_node >= 1 and GPU memory > 0 "
-                        f"(got {nodes}, {gpus_per_node}, {gpu_mem_gib})")
+        raise SpecError(
+            f"plan needs nodes >= 1, gpus_per_node >= 1 and GPU memory > 0 "
+            f"(got {nodes}, {gpus_per_node}, {gpu_mem_gib})"
+        )
     total, largest = count_params(model)
     result = PlanResult(model, total, largest, nodes, gpus_per_node, gpu_mem_gib, cpu_mem_gib)
     for stage, offload, gpu, cpu, source in _rows(total, largest, nodes, gpus_per_node):
@@ -116,8 +127,9 @@ def format_plan(result: PlanResult) -> str:
     """Plain-text table (what `hpc-launch plan` prints)."""
     n_gpus = result.nodes * result.gpus_per_node
     lines = [
-        f"{result.model}: {result.total_params / 1e6:.1f}M params (largest layer {result.largest_layer_params / 1e6:.2f}M)"
-        f" on {result.nodes} node(s) x {result.gpus_per_node} GPU(s) = {n_gpus} GPUs of {result.gpu_mem_gib:g} GiB"
+        f"{result.model}: {result.total_params / 1e6:.1f}M params (largest layer "
+        f"{result.largest_layer_params / 1e6:.2f}M) on {result.nodes} node(s) x {result.gpus_per_node} GPU(s) = "
+        f"{n_gpus} GPUs of {result.gpu_mem_gib:g} GiB"
         + (f", {result.cpu_mem_gib:g} GiB host memory per node" if result.cpu_mem_gib else ""),
         "model states only (params, grads, optimizer); activations need the rest "
         f"(a row fits when it leaves {int(HEADROOM * 100)}% of GPU memory free)",
@@ -125,8 +137,10 @@ def format_plan(result: PlanResult) -> str:
     ]
     for row in result.rows:
         mark = "  <- recommended" if row == result.recommended else ""
-        lines.append(f"{row.stage:>5}  {row.offload:<17} {row.gpu_gib:>11.3f}  {row.cpu_gib:>16.3f}  "
-                     f"{'yes' if row.fits else 'no'}{mark}")
+        lines.append(
+            f"{row.stage:>5}  {row.offload:<17} {row.gpu_gib:>11.3f}  {row.cpu_gib:>16.3f}  "
+            f"{'yes' if row.fits else 'no'}{mark}"
+        )
     if result.recommended is None:
         lines.append("nothing fits: use more nodes, a GPU with more memory, or a smaller model")
     else:
@@ -142,6 +156,7 @@ def format_plan(result: PlanResult) -> str:
 # others are the entrypoint's flags.
 AXES = ("zero", "offload", "precision", "nodes", "micro_batch")
 FLAGS = {"zero": "--zero", "offload": "--offload", "precision": "--precision", "micro_batch": "--micro-batch"}
+
 
 def entry_choices() -> Dict[str, Tuple[Any, ...]]:
     """The values the shipped entrypoint accepts for each axis but nodes and micro-batch."""
@@ -179,8 +194,10 @@ def _entry_args(point: Any) -> Any:
             return parse_args(point.train_args)
     except SystemExit:
         why = (err.getvalue().strip().splitlines() or ["bad arguments"])[-1]
-        raise SpecError(f"sweep point {point.index + 1} ({point.label}): the entrypoint refuses its arguments: {why}",
-                        hint="fix --train-args") from None
+        raise SpecError(
+            f"sweep point {point.index + 1} ({point.label}): the entrypoint refuses its arguments: {why}",
+            hint="fix --train-args",
+        ) from None
 
 
 def check_points(points: Sequence[Any]) -> None:
@@ -195,10 +212,18 @@ def check_points(points: Sequence[Any]) -> None:
         world = p.prepared.job.world_size
         try:
             batch = resolve_batch(world, args.micro_batch, args.grad_accum, args.global_batch)
-            cfg = build_config(batch=batch, zero=args.zero, offload=args.offload, precision=args.precision, lr=args.lr,
-                               total_steps=args.steps or 1000)
+            cfg = build_config(
+                batch=batch,
+                zero=args.zero,
+                offload=args.offload,
+                precision=args.precision,
+                lr=args.lr,
+                total_steps=args.steps or 1000,
+            )
         except TrainError as exc:
-            raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
+            raise SpecError(
+                f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint
+            ) from None
         configs.append((p, cfg, world))
     from train.ds_config import validate
 
@@ -207,7 +232,9 @@ def check_points(points: Sequence[Any]) -> None:
             try:
                 validate(cfg, world)
             except TrainError as exc:
-                raise SpecError(f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint) from None
+                raise SpecError(
+                    f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint
+                ) from None
         _check_memory(points)
 
 
@@ -223,9 +250,13 @@ def _check_memory(points: Sequence[Any]) -> None:
         key = (p.entry.model, job.nodes, job.procs_per_node)
         if key not in cache:
             try:
-                cache[key] = plan_memory(p.entry.model, job.nodes, max(job.procs_per_node, 1), gpu_mem, job.profile.node.mem_gib)
+                cache[key] = plan_memory(
+                    p.entry.model, job.nodes, max(job.procs_per_node, 1), gpu_mem, job.profile.node.mem_gib
+                )
             except Exception as exc:  # an unknown model, no torch here: the entrypoint will say it in the job
-                sys.stderr.write(f"hpc-launch: note: no memory estimate for {p.entry.model} ({type(exc).__name__}: {exc})\n")
+                sys.stderr.write(
+                    f"hpc-launch: note: no memory estimate for {p.entry.model} ({type(exc).__name__}: {exc})\n"
+                )
                 cache[key] = None
         result = cache[key]
         if result is None:
@@ -234,16 +265,30 @@ def _check_memory(points: Sequence[Any]) -> None:
         if row is not None and not row.fits:
             cpu = job.profile.node.mem_gib
             over_cpu = cpu is not None and row.cpu_gib > cpu
-            what = (f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}" if over_cpu else
-                    f"needs {row.gpu_gib:.1f} GiB per GPU for model states alone, more than {int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB")
+            what = (
+                f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}"
+                if over_cpu
+                else (
+                    f"needs {row.gpu_gib:.1f} GiB per GPU for model states alone, more than "
+                    f"{int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB"
+                )
+            )
             better = result.recommended
-            hint = (f"use --zero {better.stage} --offload {better.offload} (hpc-launch plan), or more nodes" if better
-                    else "use more nodes or a smaller model (hpc-launch plan)")
-            raise SpecError(f"sweep point {p.index + 1} ({p.label}): {p.entry.model} under ZeRO-{row.stage} with offload {row.offload} {what}",
-                            hint=hint)
+            hint = (
+                f"use --zero {better.stage} --offload {better.offload} (hpc-launch plan), or more nodes"
+                if better
+                else "use more nodes or a smaller model (hpc-launch plan)"
+            )
+            raise SpecError(
+                f"sweep point {p.index + 1} ({p.label}): {p.entry.model} "
+                f"under ZeRO-{row.stage} with offload {row.offload} {what}",
+                hint=hint,
+            )
 
 
-def plan_for_cluster(model: str, cluster: str, nodes: int, gpus_per_node: Optional[int], queue: Optional[str]) -> PlanResult:
+def plan_for_cluster(
+    model: str, cluster: str, nodes: int, gpus_per_node: Optional[int], queue: Optional[str]
+) -> PlanResult:
     """`hpc-launch plan`: the estimates for `nodes` of `cluster` (its queue's GPUs per node)."""
     from . import profiles
 
@@ -253,4 +298,6 @@ def plan_for_cluster(model: str, cluster: str, nodes: int, gpus_per_node: Option
         raise HpcLaunchError(f"{cluster} has no node.gpu_mem_gib in its profile", hint="add it, or pick a GPU cluster")
     # DeepSpeed's logger writes to the stdout it finds when first imported: keep it off ours
     with contextlib.redirect_stdout(sys.stderr):
-        return plan_memory(model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib)
+        return plan_memory(
+            model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib
+        )

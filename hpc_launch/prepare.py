@@ -1,5 +1,6 @@
-"""Preparing a submission (the one place that decides where a job is submitted from): JobSpec -> JobScript plus where it goes. `--dry-run` is `prepare()`
-printed; `jobs.submit()` runs the very same Prepared, so the two cannot differ.
+"""Preparing a submission (the one place that decides where a job is submitted from): JobSpec -> JobScript
+plus where it goes. `--dry-run` is `prepare()` printed; `jobs.submit()` runs the very same Prepared, so the two
+cannot differ.
 """
 
 from __future__ import annotations
@@ -50,11 +51,18 @@ class Prepared:
         if self.uploads:
             local, rel = self.uploads[0]
             others = f" and {len(self.uploads) - 1} file(s) beside it" if len(self.uploads) > 1 else ""
-            sends = f"# capsule: {local}{others} -> {self.job.workdir}/{os.path.dirname(rel)}/ (the job runs this copy)\n"
+            sends = (
+                f"# capsule: {local}{others} -> {self.job.workdir}/{os.path.dirname(rel)}/ (the job runs this copy)\n"
+            )
         elif self.remote_code:
-            sends = f"# capsule: {self.remote_code[0]} -> {self.job.workdir}/{self.remote_code[1]} (copied there; the job runs the copy)\n"
-        chain = "".join(f"\n# then link {link}: {shlex.join(self.script.link(link).held_submit_argv(f'<job of link {link - 1}>'))}"
-                        for link in range(2, self.job.chain + 1))
+            sends = (
+                f"# capsule: {self.remote_code[0]} -> {self.job.workdir}/{self.remote_code[1]} "
+                "(copied there; the job runs the copy)\n"
+            )
+        chain = "".join(
+            f"\n# then link {link}: {shlex.join(self.script.link(link).held_submit_argv(f'<job of link {link - 1}>'))}"
+            for link in range(2, self.job.chain + 1)
+        )
         return f"{sends}# submit: {where}cd {path_expr(self.job.workdir)} && {cmd}{chain}"
 
 
@@ -96,8 +104,14 @@ def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
         return []  # a store that cannot be read here is reported where it must be written
 
 
-def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[str] = None, stamp: Optional[str] = None,
-            note: Callable[[str], Any] = lambda line: None) -> Prepared:
+def prepare(
+    spec: JobSpec,
+    *,
+    profile_file: Optional[str] = None,
+    cwd: Optional[str] = None,
+    stamp: Optional[str] = None,
+    note: Callable[[str], Any] = lambda line: None,
+) -> Prepared:
     """`note(line)` hears what the user should know (hosts avoided, or that cannot be)."""
     profile = profiles.load(spec.cluster, profile_file=profile_file)
     host = choose_host(spec, profile)
@@ -107,10 +121,15 @@ def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[
         names = ", ".join(f"{b.host} ({b.reason}, job {b.job_id})" for b in bad)
         if dialect.exclude_flags(["x"]) or not dialect.has_scheduler:
             spec = replace(spec, exclude=list(spec.exclude or []) + [b.host for b in bad])
-            note(f"avoiding {len(bad)} host(s) an earlier job found bad: {names}; `hpc-launch hosts --forget` clears them")
+            note(
+                f"avoiding {len(bad)} host(s) an earlier job found "
+                f"bad: {names}; `hpc-launch hosts --forget` clears them"
+            )
         else:
-            note(f"{profile.dialect} cannot exclude hosts, and earlier jobs found {names} bad: --spares K holds K extra "
-                 f"nodes and trains on those that pass the start-up check")
+            note(
+                f"{profile.dialect} cannot exclude hosts, and earlier jobs found {names} bad: --spares K holds K extra "
+                f"nodes and trains on those that pass the start-up check"
+            )
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
     script, uploads, remote_code, import_from = _capsule_code(spec, host, cwd, capsule_relpath(spec.name, stamp), note)
     # the caller's spec stays as it was
@@ -119,8 +138,9 @@ def prepare(spec: JobSpec, *, profile_file: Optional[str] = None, cwd: Optional[
     return Prepared(script=render(job, stamp=stamp), host=host, uploads=uploads, remote_code=remote_code)
 
 
-def _capsule_code(spec: JobSpec, host: str, cwd: Optional[str], capsule: str, note: Callable[[str], Any]
-                  ) -> Tuple[Optional[str], Tuple[Tuple[str, str], ...], Optional[Tuple[str, str]], Optional[str]]:
+def _capsule_code(
+    spec: JobSpec, host: str, cwd: Optional[str], capsule: str, note: Callable[[str], Any]
+) -> Tuple[Optional[str], Tuple[Tuple[str, str], ...], Optional[Tuple[str, str]], Optional[str]]:
     """Where the job finds the user's --script: a copy in its capsule, so every chain link and
     requeue runs what was submitted. (script as the job names it, files to send, a file to copy
     on the cluster, a directory the job imports the script's neighbours from.)"""
@@ -133,10 +153,16 @@ def _capsule_code(spec: JobSpec, host: str, cwd: Optional[str], capsule: str, no
             return local, (), None, None  # named as given: the inputs check says it is missing
         files, whole = snapshot(local)
         if not whole:
-            note(f"the code beside --script {local} is more than a job takes along ({os.path.dirname(local)} is big): "
-                 "the job runs a copy of the script and imports the modules beside it from where they are")
-        return (f"{code}/{files[0].rel}", tuple((f.local, f"{code}/{f.rel}") for f in files), None,
-                None if whole else os.path.dirname(local))
+            note(
+                f"the code beside --script {local} is more than a job takes along ({os.path.dirname(local)} is big): "
+                "the job runs a copy of the script and imports the modules beside it from where they are"
+            )
+        return (
+            f"{code}/{files[0].rel}",
+            tuple((f.local, f"{code}/{f.rel}") for f in files),
+            None,
+            None if whole else os.path.dirname(local),
+        )
     # only the cluster has it: copied there into the capsule; its neighbours are imported where they are
     name = spec.script.rstrip("/").rsplit("/", 1)[-1]
     return f"{code}/{name}", (), (spec.script, f"{code}/{name}"), os.path.dirname(spec.script) or "."

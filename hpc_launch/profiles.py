@@ -213,7 +213,9 @@ class Profile(_Strict):
     def __post_init__(self):
         _check_walltime(self.default_walltime)
         if self.default_queue and self.default_queue not in self.queues:
-            raise ValueError(f"default_queue {self.default_queue!r} is not one of the queues ({', '.join(sorted(self.queues))})")
+            raise ValueError(
+                f"default_queue {self.default_queue!r} is not one of the queues ({', '.join(sorted(self.queues))})"
+            )
         for line in list(self.directives) + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
@@ -243,11 +245,14 @@ class Profile(_Strict):
 def _check_placeholders(text: str) -> None:
     for ph in _PLACEHOLDER.findall(text):
         if ph not in KNOWN_PLACEHOLDERS:
-            raise ValueError(f"unknown placeholder {{{ph}}} in {text!r}; allowed: {', '.join(sorted(KNOWN_PLACEHOLDERS))}")
+            raise ValueError(
+                f"unknown placeholder {{{ph}}} in {text!r}; allowed: {', '.join(sorted(KNOWN_PLACEHOLDERS))}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
 # discovery and loading
+
 
 class ParsedCache:
     """Parsed profile files kept on disk between runs, keyed by path, mtime, ctime, size and inode.
@@ -323,7 +328,7 @@ class ParsedCache:
         import marshal
         import tempfile
 
-        entries = dict(list(self.entries.items())[-self.LIMIT:])
+        entries = dict(list(self.entries.items())[-self.LIMIT :])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".profiles-")
@@ -332,6 +337,7 @@ class ParsedCache:
             os.replace(tmp, self.path)  # atomic: a concurrent reader sees the old or the new file
         except OSError:
             pass
+
 
 _Found = Dict[str, Tuple[Dict[str, Any], List[Path]]]
 
@@ -343,7 +349,9 @@ def _read_yaml(path: Path) -> Dict[str, Any]:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise ProfileError(f"{path} line {line}: not valid UTF-8 (byte {exc.object[exc.start]:#04x})", hint="save the file as UTF-8") from None
+        raise ProfileError(
+            f"{path} line {line}: not valid UTF-8 (byte {exc.object[exc.start]:#04x})", hint="save the file as UTF-8"
+        ) from None
     import yaml  # only when a file changed since it was last parsed (see ParsedCache)
 
     try:
@@ -418,8 +426,12 @@ def _resolve_raw(name: str, found: _Found, seen: Tuple[str, ...] = ()) -> Tuple[
 
 
 _ALLOWED = {
-    "dialect": Dialect, "launch.launcher": Launcher, "status": Status, "log.live": LogLive,
-    "group.where": GroupWhere, "rendezvous.master_addr": MasterAddr,
+    "dialect": Dialect,
+    "launch.launcher": Launcher,
+    "status": Status,
+    "log.live": LogLive,
+    "group.where": GroupWhere,
+    "rendezvous.master_addr": MasterAddr,
 }
 
 
@@ -484,8 +496,18 @@ def summaries() -> List[Dict[str, Any]]:
         except HpcLaunchError as exc:
             rows.append({"name": name, "status": "broken", "error": exc.one_line()})
             continue
-        rows.append({"name": p.name, "scheduler": p.dialect, "gpus_per_node": p.node.gpus, "launcher": p.launch.launcher,
-                     "status": p.status, "title": p.title, "queues": sorted(p.queues), "login": p.login})
+        rows.append(
+            {
+                "name": p.name,
+                "scheduler": p.dialect,
+                "gpus_per_node": p.node.gpus,
+                "launcher": p.launch.launcher,
+                "status": p.status,
+                "title": p.title,
+                "queues": sorted(p.queues),
+                "login": p.login,
+            }
+        )
     return rows
 
 
@@ -496,4 +518,9 @@ def resolved_yaml(name: str, profile_file: Optional[str] = None) -> str:
 
     p = load(name, profile_file=profile_file)
     sources = sources_of(p.name, profile_file=profile_file)
-    return "# from: " + ", ".join(str(s) for s in sources) + "\n" + yaml.safe_dump(p.to_dict(), sort_keys=False, allow_unicode=True)
+    return (
+        "# from: "
+        + ", ".join(str(s) for s in sources)
+        + "\n"
+        + yaml.safe_dump(p.to_dict(), sort_keys=False, allow_unicode=True)
+    )

@@ -67,7 +67,13 @@ def _schema() -> type:
     return ProjectConfig
 
 
-_ALIASES = {"project": "group", "gpus": "gpus_per_node", "train-args": "train_args", "gpus-per-node": "gpus_per_node", "pass-env": "pass_env"}
+_ALIASES = {
+    "project": "group",
+    "gpus": "gpus_per_node",
+    "train-args": "train_args",
+    "gpus-per-node": "gpus_per_node",
+    "pass-env": "pass_env",
+}
 
 
 def load_project_config(path: Path) -> Dict[str, Any]:
@@ -79,7 +85,10 @@ def load_project_config(path: Path) -> Dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"{path}: cannot read the project config ({getattr(exc, 'problem', None) or getattr(exc, 'strerror', None) or exc})") from None
+        raise SpecError(
+            f"{path}: cannot read the project config "
+            f"({getattr(exc, 'problem', None) or getattr(exc, 'strerror', None) or exc})"
+        ) from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: the project config must be a YAML mapping (keys: {', '.join(JobSpec.keys())})")
     data = {_ALIASES.get(str(k), str(k)): v for k, v in data.items()}
@@ -89,10 +98,15 @@ def load_project_config(path: Path) -> Dict[str, Any]:
         text = str(exc)
         unknown = re.match(r"Object contains unknown field `(\w+)`", text)
         if unknown:
-            raise SpecError(f"{path}: unknown key {unknown.group(1)!r}", hint=f"known keys: {', '.join(JobSpec.keys())}") from None
+            raise SpecError(
+                f"{path}: unknown key {unknown.group(1)!r}", hint=f"known keys: {', '.join(JobSpec.keys())}"
+            ) from None
         m = re.search(r" - at `\$\.?([^`]*)`$", text)
         where = f"key `{m.group(1)}`: " if m else ""
-        raise SpecError(f"{path}: {where}{text[: m.start()] if m else text}", hint="see docs/commands.md for the keys and their types") from None
+        raise SpecError(
+            f"{path}: {where}{text[: m.start()] if m else text}",
+            hint="see docs/commands.md for the keys and their types",
+        ) from None
     out: Dict[str, Any] = {}
     for key in data:
         value = getattr(cfg, key)

@@ -21,24 +21,24 @@ def is_local(host: str | None) -> bool:
 # Exit codes of a job script and the trainer (the shell's 128+signal convention for the three
 # signals a scheduler or a user sends).
 EXIT_OK = 0
-EXIT_RESUMABLE = 75   # stopped for time at a complete checkpoint: the next chain link resumes
-EXIT_PREFLIGHT = 78   # the pre-flight gate found the job is not what was asked (EX_CONFIG): nothing trained
-EXIT_HANG = 124       # the watchdog ended a hung job (as timeout(1) does when its time is up)
+EXIT_RESUMABLE = 75  # stopped for time at a complete checkpoint: the next chain link resumes
+EXIT_PREFLIGHT = 78  # the pre-flight gate found the job is not what was asked (EX_CONFIG): nothing trained
+EXIT_HANG = 124  # the watchdog ended a hung job (as timeout(1) does when its time is up)
 EXIT_SIGINT = 130
 EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143
 
 # ---- files a job leaves beside its log (templates/body/prologue.sh.j2 writes them) ----------
 EXIT_FILE_SUFFIX = ".exitcode"  # `CODE SCRIPT_PATH`, written by the script's EXIT trap
-LIVE_LOG_SUFFIX = ".live"       # the tee'd copy where a site's own log appears only at the end
-SCRIPT_DIR = ".hpc-launch"      # the job's scripts, inside its work dir
+LIVE_LOG_SUFFIX = ".live"  # the tee'd copy where a site's own log appears only at the end
+SCRIPT_DIR = ".hpc-launch"  # the job's scripts, inside its work dir
 
 # ---- a job's capsule (hpc_launch/capsule.py): what was submitted and what each start found ----
 CAPSULE_DIR = f"{SCRIPT_DIR}/capsules"  # WORKDIR/.hpc-launch/capsules/NAME-STAMP/
-CAPSULE_MANIFEST = "capsule.json"       # written at submit: code, git state, resolved profile
-CAPSULE_CODE = "code"                   # the snapshot of a --script and its sibling modules; the job runs this copy
-CAPSULE_GIT_DIFF = "git.diff"           # uncommitted changes of the code's repository at submit
-CAPSULE_PROBE = "probe.py"              # hpc_launch/capsule_probe.py, copied: runs in the job with any Python
+CAPSULE_MANIFEST = "capsule.json"  # written at submit: code, git state, resolved profile
+CAPSULE_CODE = "code"  # the snapshot of a --script and its sibling modules; the job runs this copy
+CAPSULE_GIT_DIFF = "git.diff"  # uncommitted changes of the code's repository at submit
+CAPSULE_PROBE = "probe.py"  # hpc_launch/capsule_probe.py, copied: runs in the job with any Python
 # one line per start (a chain link, a requeue): what the job found; the probe owns the names, it runs without us
 CAPSULE_RUNS, CAPSULE_NOTE = capsule_probe.RUNS, capsule_probe.NOTE
 
@@ -79,9 +79,18 @@ def link_script_name(script_name: str, link: int) -> str:
 # ---- placeholders a profile may use in directives, flags and launcher arguments -------------
 # spec.ResolvedJob.placeholders() gives a value for each; profiles refuse any other name.
 PLACEHOLDERS = (
-    "nodes", "queue", "walltime", "walltime_minutes", "group", "name",
-    "gpus_per_node", "procs_per_node", "world_size", "workdir",
-    "cpus_per_proc", "threads_per_proc",
+    "nodes",
+    "queue",
+    "walltime",
+    "walltime_minutes",
+    "group",
+    "name",
+    "gpus_per_node",
+    "procs_per_node",
+    "world_size",
+    "workdir",
+    "cpus_per_proc",
+    "threads_per_proc",
 )
 
 
@@ -127,7 +136,7 @@ ENV_PREFLIGHT_TIMEOUT = "HPC_LAUNCH_PREFLIGHT_TIMEOUT"  # seconds for every rank
 PREFLIGHT_TIMEOUT_S = 300.0  # ranks of a big job can take minutes to import torch on a shared filesystem
 PREFLIGHT_OK = "[hpc-launch] preflight ok: "
 PREFLIGHT_FAILED = "[hpc-launch] preflight failed: "
-HANG_PREFIX = "[hpc-launch] hang: "            # train/watchdog.py: which rank on which host stopped first
+HANG_PREFIX = "[hpc-launch] hang: "  # train/watchdog.py: which rank on which host stopped first
 STRAGGLER_PREFIX = "[hpc-launch] straggler: "  # ... and which rank is persistently slower than the others
 
 # The job's own verdict: a rank that ends the job for a reason of its own (the gate, the watchdog)
@@ -170,7 +179,7 @@ def kept_off_in(log_text: str) -> "dict[str, list[str]]":
     found: "dict[str, list[str]]" = {}
     for line in log_text.splitlines():
         if line.startswith(KEPT_OFF_PREFIX):
-            hosts, _, job = line[len(KEPT_OFF_PREFIX):].rpartition(": job ")
+            hosts, _, job = line[len(KEPT_OFF_PREFIX) :].rpartition(": job ")
             if hosts and job.strip() and " " not in job.strip():
                 found[job.strip()] = [h for h in hosts.split(",") if h]
     return found
@@ -216,7 +225,7 @@ def bad_hosts_in(log_text: str) -> "dict[str, str]":
         at = line.find(BAD_HOST_PREFIX)
         if at < 0:
             continue
-        host, _, reason = line[at + len(BAD_HOST_PREFIX):].partition(": ")
+        host, _, reason = line[at + len(BAD_HOST_PREFIX) :].partition(": ")
         host = host.strip()
         if host and " " not in host and len(host) < 256:
             found[host] = reason.strip()[:300]

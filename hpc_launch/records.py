@@ -33,9 +33,9 @@ class JobRecord:
     job_id: str
     cluster: str
     dialect: str
-    host: str                      # "localhost" or the ssh alias the job was submitted through
+    host: str  # "localhost" or the ssh alias the job was submitted through
     name: str
-    workdir: str                   # paths below are on `host`
+    workdir: str  # paths below are on `host`
     script_path: str
     log_path: str
     exit_path: str
@@ -46,7 +46,7 @@ class JobRecord:
     submit_argv: List[str] = field(default_factory=list)
     profile_path: Optional[str] = None
     extra: dict = field(default_factory=dict)
-    comment: str = ""              # the scheduler's latest word on the job (why it waits, how it ended)
+    comment: str = ""  # the scheduler's latest word on the job (why it waits, how it ended)
 
     @property
     def bad_hosts_path(self) -> str:
@@ -66,8 +66,8 @@ class JobRecord:
 class BadHost:
     cluster: str
     host: str
-    reason: str   # what the job that found it said: "preflight: eth0 has no IPv4 address", "hang", ...
-    job_id: str   # the job that found it
+    reason: str  # what the job that found it said: "preflight: eth0 has no IPv4 address", "hang", ...
+    job_id: str  # the job that found it
     since: float
     until: float  # forgotten after this (protocol.BAD_HOST_TTL_S)
 
@@ -123,16 +123,27 @@ class JobStore:
             yield
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreError(f"the job store {self.path} stayed locked by another process for {_BUSY_TIMEOUT_S:g} s ({doing})",
-                                 hint="wait for the other hpc-launch to finish, then retry") from None
-            raise StoreError(f"cannot {doing} the job store {self.path}: {exc}",
-                             hint="check the disk is not full or read-only, or set HPC_LAUNCH_STATE_DIR to a writable directory") from None
+                raise StoreError(
+                    f"the job store {self.path} stayed locked by another process for {_BUSY_TIMEOUT_S:g} s ({doing})",
+                    hint="wait for the other hpc-launch to finish, then retry",
+                ) from None
+            raise StoreError(
+                f"cannot {doing} the job store {self.path}: {exc}",
+                hint="check the disk is not full or read-only, or set HPC_LAUNCH_STATE_DIR to a writable directory",
+            ) from None
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"the job store {self.path} is damaged ({exc})",
-                             hint=f"move it aside (mv {self.path} {self.path}.broken) and run `hpc-launch adopt` for jobs you still need") from None
+            raise StoreError(
+                f"the job store {self.path} is damaged ({exc})",
+                hint=(
+                    f"move it aside (mv {self.path} {self.path}.broken) "
+                    "and run `hpc-launch adopt` for jobs you still need"
+                ),
+            ) from None
         except OSError as exc:
-            raise StoreError(f"cannot {doing} the job store {self.path}: {exc.strerror}",
-                             hint="check its directory is writable, or set HPC_LAUNCH_STATE_DIR to a writable directory") from None
+            raise StoreError(
+                f"cannot {doing} the job store {self.path}: {exc.strerror}",
+                hint="check its directory is writable, or set HPC_LAUNCH_STATE_DIR to a writable directory",
+            ) from None
 
     def _open(self) -> None:
         if not self.path.parent.exists():
@@ -142,8 +153,9 @@ class JobStore:
         if not self.path.exists():
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), timeout=_BUSY_TIMEOUT_S, isolation_level=None,
-                                   check_same_thread=False)
+        self._db = sqlite3.connect(
+            str(self.path), timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
         self._db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a crash loses at most the last commit
@@ -170,7 +182,8 @@ class JobStore:
             if current > SCHEMA_VERSION:
                 raise HpcLaunchError(
                     f"job records in {self.path} were written by a newer hpc-launch (schema {current})",
-                    hint="upgrade hpc-launch, or point HPC_LAUNCH_STATE_DIR elsewhere")
+                    hint="upgrade hpc-launch, or point HPC_LAUNCH_STATE_DIR elsewhere",
+                )
             for sql in _MIGRATIONS[current:]:
                 for statement in filter(str.strip, sql.split(";")):
                     db.execute(statement)
@@ -191,12 +204,15 @@ class JobStore:
         row = _to_row(asdict(rec))
         placeholders = ", ".join("?" for _ in _COLUMNS)
         with self._write() as db:
-            old = db.execute("SELECT submit_time FROM jobs WHERE cluster = ? AND job_id = ?",
-                             (rec.cluster, rec.job_id)).fetchone()
+            old = db.execute(
+                "SELECT submit_time FROM jobs WHERE cluster = ? AND job_id = ?", (rec.cluster, rec.job_id)
+            ).fetchone()
             if old is not None:
                 log.warning("job id %s on %s was already recorded; replacing the old record", rec.job_id, rec.cluster)
-            db.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})",
-                       [row[c] for c in _COLUMNS])
+            db.execute(
+                f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})",
+                [row[c] for c in _COLUMNS],
+            )
 
     def get(self, job_id: str, cluster: Optional[str] = None) -> JobRecord:
         """The job with that id; "1234" also finds "1234.pbs-server" if unambiguous."""
@@ -206,8 +222,9 @@ class JobStore:
             rows = self._db.execute(f"{_SELECT} WHERE job_id = ? {where}", [job_id, *args]).fetchall()
             if not rows:
                 pattern = job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"
-                rows = self._db.execute(f"{_SELECT} WHERE job_id LIKE ? ESCAPE '\\' {where}",
-                                        [pattern, *args]).fetchall()
+                rows = self._db.execute(
+                    f"{_SELECT} WHERE job_id LIKE ? ESCAPE '\\' {where}", [pattern, *args]
+                ).fetchall()
         if not rows:
             on = f" on cluster {cluster}" if cluster else ""
             raise JobNotFound(f"no record of job {job_id}{on}", hint="`hpc-launch list` shows the recorded jobs")
@@ -215,14 +232,18 @@ class JobStore:
             recs = [_from_row(r) for r in rows]
             clusters = sorted({r.cluster for r in recs})
             if len(clusters) > 1:
-                raise AmbiguousJob(f"job id {job_id} is recorded on clusters {', '.join(clusters)}",
-                                     hint="choose one with --cluster " + " or --cluster ".join(clusters))
-            raise HpcLaunchError(f"job id {job_id} matches {', '.join(r.job_id for r in recs)}",
-                                 hint="give the full job id")
+                raise AmbiguousJob(
+                    f"job id {job_id} is recorded on clusters {', '.join(clusters)}",
+                    hint="choose one with --cluster " + " or --cluster ".join(clusters),
+                )
+            raise HpcLaunchError(
+                f"job id {job_id} matches {', '.join(r.job_id for r in recs)}", hint="give the full job id"
+            )
         return _from_row(rows[0])
 
-    def list(self, cluster: Optional[str] = None, active_only: bool = False,
-             limit: Optional[int] = None) -> List[JobRecord]:
+    def list(
+        self, cluster: Optional[str] = None, active_only: bool = False, limit: Optional[int] = None
+    ) -> List[JobRecord]:
         """Newest first."""
         sql = f"{_SELECT} WHERE 1=1"
         args: List[object] = []
@@ -250,11 +271,13 @@ class JobStore:
         row = _to_row(changes)
         assignments = ", ".join(f"{c} = ?" for c in row)
         with self._write() as db:
-            cur = db.execute(f"UPDATE jobs SET {assignments} WHERE cluster = ? AND job_id = ?",
-                             [*row.values(), cluster, job_id])
+            cur = db.execute(
+                f"UPDATE jobs SET {assignments} WHERE cluster = ? AND job_id = ?", [*row.values(), cluster, job_id]
+            )
             if cur.rowcount == 0:
-                raise JobNotFound(f"no record of job {job_id} on cluster {cluster}",
-                                  hint="`hpc-launch list` shows the recorded jobs")
+                raise JobNotFound(
+                    f"no record of job {job_id} on cluster {cluster}", hint="`hpc-launch list` shows the recorded jobs"
+                )
 
     # ---- hosts found bad, remembered per cluster until they expire ---------------------------
 
@@ -263,8 +286,11 @@ class JobStore:
         now = time.time()
         with self._write() as db:
             for host, reason in reasons.items():
-                db.execute("INSERT OR REPLACE INTO bad_hosts (cluster, host, reason, job_id, since, until) VALUES (?, ?, ?, ?, ?, ?)",
-                           (cluster, host, reason, job_id, now, now + ttl_s))
+                db.execute(
+                    "INSERT OR REPLACE INTO bad_hosts (cluster, host, "
+                    "reason, job_id, since, until) VALUES (?, ?, ?, ?, ?, ?)",
+                    (cluster, host, reason, job_id, now, now + ttl_s),
+                )
 
     def bad_hosts(self, cluster: Optional[str] = None) -> List["BadHost"]:
         """The hosts still remembered as bad (expired ones are not), oldest first."""
@@ -309,4 +335,3 @@ def _from_row(row: tuple) -> JobRecord:
     for key in _JSON_FIELDS:
         values[key] = json.loads(values[key])
     return JobRecord(**values)
-

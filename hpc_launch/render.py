@@ -98,14 +98,19 @@ class JobScript:
     def link(self, link: int) -> "JobScript":
         """Link `link` (2, 3, ...) of a chain: the same script under its own name."""
         name = link_script_name(self.script_name, link)
-        return replace(self, text=self.text.replace(self.script_name, name), script_name=name,
-                       submit_argv=self.submit_argv_for(f"{SCRIPT_DIR}/{name}"))
+        return replace(
+            self,
+            text=self.text.replace(self.script_name, name),
+            script_name=name,
+            submit_argv=self.submit_argv_for(f"{SCRIPT_DIR}/{name}"),
+        )
 
     def submit_argv_for(self, script_path: str, depend_on: Optional[str] = None) -> List[str]:
         """This job's submit command for `script_path`, held until `depend_on` ends (a chain)."""
         p = self.job.profile
-        argv = dialects.get(p.dialect).submit_argv(script_path, submit_flags=self.submit_flags, log_prefix=self.log_prefix,
-                                                   depend_on=depend_on)
+        argv = dialects.get(p.dialect).submit_argv(
+            script_path, submit_flags=self.submit_flags, log_prefix=self.log_prefix, depend_on=depend_on
+        )
         return dialects.with_site_commands(argv, p.commands)
 
     def held_submit_argv(self, depend_on: str) -> List[str]:
@@ -161,7 +166,9 @@ def directive_lines(job: ResolvedJob) -> List[str]:
     lines = dialect.merge_directives(defaults, job.spec.directives)
     for line in lines:
         if re.search(r"[\x00-\x1f\x7f]", line):
-            raise SpecError(f"directive {line!r} would span lines", hint="remove newlines from names, queues and --directive values")
+            raise SpecError(
+                f"directive {line!r} would span lines", hint="remove newlines from names, queues and --directive values"
+            )
     return lines
 
 
@@ -219,13 +226,25 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
     script_path = f"{SCRIPT_DIR}/{name}"
     log_prefix = f"{job.name}.o"  # where a dialect with no scheduler logs
     flags = submit_flags(job) + (dialect.array_flags(len(array)) if array else [])
-    argv = dialects.with_site_commands(dialect.submit_argv(script_path, submit_flags=flags, log_prefix=log_prefix), p.commands)
+    argv = dialects.with_site_commands(
+        dialect.submit_argv(script_path, submit_flags=flags, log_prefix=log_prefix), p.commands
+    )
     launcher = launchers.get(p.launch.launcher)
 
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
     # names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)
-    ds_env_keys = sorted(job.env) + [k for k in ("HPC_LAUNCH_DEADLINE", "HPC_LAUNCH_STOP", "HPC_LAUNCH_CHECKPOINT_DIR", protocol.ENV_BAD_HOSTS,
-                                                 protocol.ENV_WORLD_SIZE, protocol.ENV_RANKS_PER_NODE) if k not in job.env]
+    ds_env_keys = sorted(job.env) + [
+        k
+        for k in (
+            "HPC_LAUNCH_DEADLINE",
+            "HPC_LAUNCH_STOP",
+            "HPC_LAUNCH_CHECKPOINT_DIR",
+            protocol.ENV_BAD_HOSTS,
+            protocol.ENV_WORLD_SIZE,
+            protocol.ENV_RANKS_PER_NODE,
+        )
+        if k not in job.env
+    ]
     context = dict(
         proto=protocol,  # the job protocol: exit codes and file names, shared with the code that reads them
         version=__version__,
@@ -233,7 +252,11 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         script_name=name,
         profile=p,
         dialect=dialect,
-        directives=[Sh(line) for line in (dialect.array_directives(directive_lines(job)) if array else directive_lines(job))] if dialect.has_scheduler else [],
+        directives=[
+            Sh(line) for line in (dialect.array_directives(directive_lines(job)) if array else directive_lines(job))
+        ]
+        if dialect.has_scheduler
+        else [],
         prefix=Sh(dialect.directive_prefix),
         submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
         workdir=path_expr(job.workdir),
@@ -257,13 +280,18 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         array_index=Sh(f"${{{dialect.array_index_var}:-}}") if array else None,
         array_first=dialect.array_first_index,
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
-        ds_env_keys=[Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))],
+        ds_env_keys=[
+            Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))
+        ],
         hosts=job.hosts,
         net_if=p.net_if,
         capsule=q(protocol.capsule_relpath(job.name, stamp)),
         import_from=path_expr(job.import_from) if job.import_from else None,
-        keep_next_links_off=Sh(dialect.keep_dependents_off_shell) if job.chain > 1 and dialect.keep_dependents_off_shell else None,
+        keep_next_links_off=Sh(dialect.keep_dependents_off_shell)
+        if job.chain > 1 and dialect.keep_dependents_off_shell
+        else None,
     )
     text = _render_template(dialect.template, context)
-    return JobScript(text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags,
-                     log_prefix=log_prefix)
+    return JobScript(
+        text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags, log_prefix=log_prefix
+    )

@@ -20,12 +20,27 @@ from .metrics_line import parse_line
 
 MATPLOTLIB_MISSING = "charts not drawn: matplotlib is not installed (pip install 'hpc-launch[report]')"
 # the entrypoint's line when training starts (train/trainer.py)
-_TRAINING = re.compile(r"^training \S+ on \S+: world=(\d+) .*?zero=(\d+)(?: offload=(\S+))? precision=(\S+) micro=(\d+)", re.M)
+_TRAINING = re.compile(
+    r"^training \S+ on \S+: world=(\d+) .*?zero=(\d+)(?: offload=(\S+))? precision=(\S+) micro=(\d+)", re.M
+)
 # the job script's first line (templates/body/prologue.sh.j2)
 _SHAPE = re.compile(r"^\[hpc-launch\] job .* (\d+) node\(s\) x (\d+) rank\(s\)", re.M)
 
-COLUMNS = ("job_id", "configuration", "nodes", "ranks", "samples_per_sec", "peak_mem_gb_per_gpu", "step_time_s",
-           "final_loss", "steps", "state", "exit_code", "cause", "log")
+COLUMNS = (
+    "job_id",
+    "configuration",
+    "nodes",
+    "ranks",
+    "samples_per_sec",
+    "peak_mem_gb_per_gpu",
+    "step_time_s",
+    "final_loss",
+    "steps",
+    "state",
+    "exit_code",
+    "cause",
+    "log",
+)
 
 
 @dataclass
@@ -76,15 +91,29 @@ def row_for(record, log_text: str) -> Row:
     shape = _SHAPE.search(log_text)
     extra = record.extra or {}
     nodes = int(shape.group(1)) if shape else extra.get("nodes")
-    ranks = int(m["world_size"]) if "world_size" in m else (int(shape.group(1)) * int(shape.group(2)) if shape else None)
+    ranks = (
+        int(m["world_size"]) if "world_size" in m else (int(shape.group(1)) * int(shape.group(2)) if shape else None)
+    )
     cause = ""
     if record.state != "done":
         d = diagnose(log_text, exit_code=record.exit_code, comment=record.comment, state=record.state)
         cause = d.top.text if d.top else (report_lines(d)[0].removeprefix("cause: ") if not d.succeeded else "")
-    return Row(job_id=record.job_id, configuration=configuration(log_text, extra.get("point")), nodes=nodes, ranks=ranks,
-               samples_per_sec=m.get("avg_samples_per_sec"), peak_mem_gb_per_gpu=s.peak_mem_gb, step_time_s=step_time,
-               final_loss=m.get("loss"), steps=steps, state=record.state, exit_code=record.exit_code, cause=cause,
-               log=record.log_path, series=series)
+    return Row(
+        job_id=record.job_id,
+        configuration=configuration(log_text, extra.get("point")),
+        nodes=nodes,
+        ranks=ranks,
+        samples_per_sec=m.get("avg_samples_per_sec"),
+        peak_mem_gb_per_gpu=s.peak_mem_gb,
+        step_time_s=step_time,
+        final_loss=m.get("loss"),
+        steps=steps,
+        state=record.state,
+        exit_code=record.exit_code,
+        cause=cause,
+        log=record.log_path,
+        series=series,
+    )
 
 
 def _fmt(value, spec: str) -> str:
@@ -92,18 +121,28 @@ def _fmt(value, spec: str) -> str:
 
 
 def markdown(rows: Sequence[Row], title: str) -> str:
-    out = [f"# {title}", "",
-           "| configuration | nodes | ranks | samples/s | peak memory per GPU (GB) | time per step (s) | final loss | steps | exit state | cause | job |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    out = [
+        f"# {title}",
+        "",
+        "| configuration | nodes | ranks | samples/s | peak memory per GPU (GB) | time per step (s) | final loss | "
+        "steps | exit state | cause | job |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
     for r in rows:
         state = r.state + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
         cause = r.cause.replace("|", "\\|")
-        out.append(f"| {r.configuration} | {_fmt(r.nodes, 'd')} | {_fmt(r.ranks, 'd')} | {_fmt(r.samples_per_sec, '.1f')} | "
-                   f"{_fmt(r.peak_mem_gb_per_gpu, '.3f')} | {_fmt(r.step_time_s, '.3f')} | {_fmt(r.final_loss, '.4f')} | "
-                   f"{_fmt(r.steps, 'd')} | {state} | {cause} | {r.job_id} |")
-    out += ["", "samples/s: the running mean of the last step line (warm-up steps left out); peak memory: the highest "
-            "`mem_peak_gb` of rank 0 (device memory on GPUs, the process's peak RSS on CPU); time per step: training "
-            "wall time / steps (`training finished`). A job that did not end done carries doctor's cause.", ""]
+        out.append(
+            f"| {r.configuration} | {_fmt(r.nodes, 'd')} | {_fmt(r.ranks, 'd')} | {_fmt(r.samples_per_sec, '.1f')} | "
+            f"{_fmt(r.peak_mem_gb_per_gpu, '.3f')} | {_fmt(r.step_time_s, '.3f')} | {_fmt(r.final_loss, '.4f')} | "
+            f"{_fmt(r.steps, 'd')} | {state} | {cause} | {r.job_id} |"
+        )
+    out += [
+        "",
+        "samples/s: the running mean of the last step line (warm-up steps left out); peak memory: the highest "
+        "`mem_peak_gb` of rank 0 (device memory on GPUs, the process's peak RSS on CPU); time per step: training "
+        "wall time / steps (`training finished`). A job that did not end done carries doctor's cause.",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -137,10 +176,19 @@ def _bar_png(rows: Sequence[Row], attr: str, ylabel: str, title: str) -> bytes:
     names = [f"{r.configuration.replace(' ', chr(10))}\n{r.nodes or '?'} node(s)" for r in rows]
     values = [getattr(r, attr) for r in rows]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows)), 4.8))
-    bars = ax.bar(range(len(rows)), [v or 0.0 for v in values], color=["tab:blue" if r.state == "done" else "tab:red" for r in rows])
+    bars = ax.bar(
+        range(len(rows)),
+        [v or 0.0 for v in values],
+        color=["tab:blue" if r.state == "done" else "tab:red" for r in rows],
+    )
     for bar, value in zip(bars, values):
-        ax.annotate("n/a" if value is None else f"{value:.4g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            "n/a" if value is None else f"{value:.4g}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(names, fontsize=7)
     ax.set_ylabel(ylabel)
@@ -169,7 +217,9 @@ def _steps_png(row: Row) -> bytes:
     top.set_title(f"job {row.job_id}: {row.configuration}")
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Description": json.dumps({"loss": losses, "samples_per_sec": speeds})})
+    fig.savefig(
+        buf, format="png", dpi=100, metadata={"Description": json.dumps({"loss": losses, "samples_per_sec": speeds})}
+    )
     plt.close(fig)
     return buf.getvalue()
 
@@ -184,7 +234,9 @@ def write(rows: Sequence[Row], out_dir: str, title: str) -> List[str]:
     note = ""
     try:
         charts["throughput.png"] = _bar_png(rows, "samples_per_sec", "samples/s", "throughput per configuration")
-        charts["memory.png"] = _bar_png(rows, "peak_mem_gb_per_gpu", "peak memory per GPU (GB)", "peak memory per configuration")
+        charts["memory.png"] = _bar_png(
+            rows, "peak_mem_gb_per_gpu", "peak memory per GPU (GB)", "peak memory per configuration"
+        )
         if len(rows) == 1:
             charts["steps.png"] = _steps_png(rows[0])
     except ImportError:
@@ -219,7 +271,9 @@ def write_for(records, out_dir: str, title: str) -> Tuple[List[str], List[str]]:
     return written, notes
 
 
-def report_jobs(idents: Sequence[str], out: Optional[str] = None, cluster: Optional[str] = None) -> Tuple[List[str], List[str]]:
+def report_jobs(
+    idents: Sequence[str], out: Optional[str] = None, cluster: Optional[str] = None
+) -> Tuple[List[str], List[str]]:
     """`hpc-launch report ID...`: jobs, arrays or sweeps, every one of them ended."""
     from .errors import HpcLaunchError
     from .jobs import find_jobs, refresh
@@ -235,7 +289,9 @@ def report_jobs(idents: Sequence[str], out: Optional[str] = None, cluster: Optio
     records = refresh(store, records)
     running = [r.job_id for r in records if not JobState(r.state).terminal]
     if running:
-        raise HpcLaunchError(f"{len(running)} of the jobs have not ended yet ({', '.join(running[:5])})",
-                             hint=f"wait for them (`hpc-launch logs -f {idents[0]}`), then report")
+        raise HpcLaunchError(
+            f"{len(running)} of the jobs have not ended yet ({', '.join(running[:5])})",
+            hint=f"wait for them (`hpc-launch logs -f {idents[0]}`), then report",
+        )
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in idents[0])
     return write_for(records, out or f"report-{safe}", f"report of {', '.join(idents)}")

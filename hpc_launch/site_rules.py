@@ -23,26 +23,37 @@ def check(profile: Profile, *, queue: Optional[str], nodes: int, walltime_s: int
     if q is not None:
         if q.min_walltime and walltime_s < parse_walltime(q.min_walltime):
             least = hms(parse_walltime(q.min_walltime))
-            raise SpecError(f"--walltime {hms(walltime_s)} is below the {queue} minimum of {least} {where}",
-                            hint=f"use --walltime {least} or more")
+            raise SpecError(
+                f"--walltime {hms(walltime_s)} is below the {queue} minimum of {least} {where}",
+                hint=f"use --walltime {least} or more",
+            )
         if q.tiers:
             tier = _tier(q, nodes)
             if tier is None:
                 bands = ", ".join(_band(t) for t in _sorted(q.tiers))
-                raise SpecError(f"--nodes {nodes} is in none of the {queue} node ranges {where} ({bands})",
-                                hint=_fixes(profile, queue, q, nodes, walltime_s, None))
+                raise SpecError(
+                    f"--nodes {nodes} is in none of the {queue} node ranges {where} ({bands})",
+                    hint=_fixes(profile, queue, q, nodes, walltime_s, None),
+                )
             if walltime_s > parse_walltime(tier.max_walltime):
                 # a routing queue's refusal (PBS): `qsub: Job rejected by all possible destinations`
-                routed = (f"; it routes them to {tier.routes_to}, so qsub would answer 'Job rejected by all possible destinations'"
-                          if tier.routes_to else "")
+                routed = (
+                    f"; it routes them to {tier.routes_to}, so qsub would "
+                    "answer 'Job rejected by all possible destinations'"
+                    if tier.routes_to
+                    else ""
+                )
                 raise SpecError(
-                    f"--walltime {hms(walltime_s)} is above the {hms(parse_walltime(tier.max_walltime))} that {queue} allows "
-                    f"for {_band(tier)} nodes {where}{routed}",
-                    hint=_fixes(profile, queue, q, nodes, walltime_s, tier))
+                    f"--walltime {hms(walltime_s)} is above the {hms(parse_walltime(tier.max_walltime))} that "
+                    f"{queue} allows for {_band(tier)} nodes {where}{routed}",
+                    hint=_fixes(profile, queue, q, nodes, walltime_s, tier),
+                )
     bind = profile.launch.cpu_bind
     if bind and procs_per_node > len(bind):
-        raise SpecError(f"{procs_per_node} ranks per node, but launch.cpu_bind of {profile.name} gives CPUs for {len(bind)}",
-                        hint=f"use --gpus-per-node {len(bind)} or fewer, or list one CPU set per rank in launch.cpu_bind")
+        raise SpecError(
+            f"{procs_per_node} ranks per node, but launch.cpu_bind of {profile.name} gives CPUs for {len(bind)}",
+            hint=f"use --gpus-per-node {len(bind)} or fewer, or list one CPU set per rank in launch.cpu_bind",
+        )
 
 
 def _sorted(tiers: List[Tier]) -> List[Tier]:
@@ -81,10 +92,14 @@ def _fixes(profile: Profile, name: Optional[str], q: Queue, nodes: int, walltime
         near = min(fitting, key=lambda t: min(abs(nodes - t.min_nodes), abs(nodes - t.max_nodes)))
         fixes.append(f"--nodes {_band(near)} (up to {hms(parse_walltime(near.max_walltime))} on {name})")
     gpus = q.gpus if q.gpus is not None else profile.node.gpus
-    others = [other_name for other_name, other in profile.queues.items()
-              if other_name != name and not other.by_request
-              and (other.gpus if other.gpus is not None else profile.node.gpus) == gpus
-              and _accepts(other, nodes, walltime_s)]
+    others = [
+        other_name
+        for other_name, other in profile.queues.items()
+        if other_name != name
+        and not other.by_request
+        and (other.gpus if other.gpus is not None else profile.node.gpus) == gpus
+        and _accepts(other, nodes, walltime_s)
+    ]
     if others:
         fixes.append(f"--queue {others[0]}")
     if not fixes:

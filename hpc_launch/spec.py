@@ -48,18 +48,22 @@ class JobSpec:
     conda: Optional[str] = None
     hosts: Optional[List[str]] = None  # pods: the node list
     login: Optional[str] = None
-    pass_env: List[str] = field(default_factory=list)  # names whose values reach the job in a 0600 file, never written in the script
-    stop_before: Optional[str] = None  # checkpoint and stop this long before the walltime (default: a tenth, 30 s to 5 min)
+    pass_env: List[str] = field(
+        default_factory=list
+    )  # names whose values reach the job in a 0600 file, never written in the script
+    stop_before: Optional[str] = (
+        None  # checkpoint and stop this long before the walltime (default: a tenth, 30 s to 5 min)
+    )
     chain: int = 1  # N dependent jobs, each resuming from the newest complete checkpoint
     gather: Optional[int] = None  # pods: a port where the other hosts announce their addresses at start-up
-    exclude: List[str] = field(default_factory=list)  # hosts the job must not run on (the user's, and those remembered as bad)
+    exclude: List[str] = field(
+        default_factory=list
+    )  # hosts the job must not run on (the user's, and those remembered as bad)
     spares: int = 0  # nodes held beyond --nodes: the job trains on the first --nodes that pass its start-up check
 
     @classmethod
     def keys(cls) -> List[str]:
         return [f.name for f in fields(cls)]
-
-
 
 
 def spec_from(config: Dict[str, Any], overrides: Dict[str, Any]) -> JobSpec:
@@ -108,9 +112,13 @@ class ResolvedJob:
     pass_env: List[str] = field(default_factory=list)
     stop_before_s: int = 0  # 0: no deadline (no scheduler, no walltime)
     chain: int = 1
-    exclude: List[str] = field(default_factory=list)  # kept off by the scheduler (dialect.exclude_flags), or dropped from --hosts
+    exclude: List[str] = field(
+        default_factory=list
+    )  # kept off by the scheduler (dialect.exclude_flags), or dropped from --hosts
     spares: int = 0  # allocated beyond `nodes`; the job script keeps the first `nodes` that pass its check
-    import_from: Optional[str] = None  # where the job imports a --script's neighbours the capsule could not take (hpc_launch/capsule.py)
+    import_from: Optional[str] = (
+        None  # where the job imports a --script's neighbours the capsule could not take (hpc_launch/capsule.py)
+    )
 
     @property
     def alloc_nodes(self) -> int:
@@ -128,11 +136,18 @@ class ResolvedJob:
     def placeholders(self) -> Dict[str, Any]:
         """A value for each of protocol.PLACEHOLDERS (the names a profile may use), no other."""
         values = {
-            "nodes": self.alloc_nodes, "queue": self.queue or "", "walltime": self.walltime,
-            "walltime_minutes": minutes(self.walltime_s), "group": self.group or "", "name": self.name,
-            "gpus_per_node": self.gpus_per_node, "procs_per_node": self.procs_per_node,
-            "world_size": self.world_size, "workdir": self.workdir,
-            "cpus_per_proc": self.cpus_per_proc or "", "threads_per_proc": self.threads_per_proc or "",
+            "nodes": self.alloc_nodes,
+            "queue": self.queue or "",
+            "walltime": self.walltime,
+            "walltime_minutes": minutes(self.walltime_s),
+            "group": self.group or "",
+            "name": self.name,
+            "gpus_per_node": self.gpus_per_node,
+            "procs_per_node": self.procs_per_node,
+            "world_size": self.world_size,
+            "workdir": self.workdir,
+            "cpus_per_proc": self.cpus_per_proc or "",
+            "threads_per_proc": self.threads_per_proc or "",
         }
         return {name: values[name] for name in PLACEHOLDERS}
 
@@ -164,8 +179,10 @@ def _stop_before(spec: JobSpec, walltime_s: int) -> int:
     except ValueError as exc:
         raise SpecError(f"--stop-before: {exc}") from None
     if margin >= walltime_s:
-        raise SpecError(f"--stop-before {hms(margin)} leaves no time before the walltime {hms(walltime_s)}",
-                        hint="give a margin shorter than --walltime, e.g. --stop-before 5m")
+        raise SpecError(
+            f"--stop-before {hms(margin)} leaves no time before the walltime {hms(walltime_s)}",
+            hint="give a margin shorter than --walltime, e.g. --stop-before 5m",
+        )
     return margin
 
 
@@ -180,7 +197,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         spec = replace(spec, hosts=[h for h in listed if h not in spec.exclude])
 
     if not _NAME.match(spec.name or ""):
-        raise SpecError(f"job name {spec.name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-' (at most 63)")
+        raise SpecError(
+            f"job name {spec.name!r} is not usable",
+            hint="use --name with a letter first, then letters, digits, '_', '.', '-' (at most 63)",
+        )
 
     if spec.nodes is None:  # the resolved job gets its own copy: the caller's spec is never changed
         spec = replace(spec, nodes=len(spec.hosts) if (not dialect.has_scheduler and spec.hosts) else 1)
@@ -201,9 +221,15 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         queue = p.queues.get(queue_name)
 
     if queue and queue.max_nodes and spec.nodes > queue.max_nodes:
-        raise SpecError(f"--nodes {spec.nodes} is above the {queue_name} limit of {queue.max_nodes} nodes {where}", hint=f"use --nodes {queue.max_nodes} or fewer, or another --queue")
+        raise SpecError(
+            f"--nodes {spec.nodes} is above the {queue_name} limit of {queue.max_nodes} nodes {where}",
+            hint=f"use --nodes {queue.max_nodes} or fewer, or another --queue",
+        )
     if queue and spec.nodes < queue.min_nodes:
-        raise SpecError(f"--nodes {spec.nodes} is below the {queue_name} minimum of {queue.min_nodes} nodes {where}", hint="ask for more nodes or another --queue")
+        raise SpecError(
+            f"--nodes {spec.nodes} is below the {queue_name} minimum of {queue.min_nodes} nodes {where}",
+            hint="ask for more nodes or another --queue",
+        )
 
     raw_wall = spec.walltime or (queue.default_walltime if queue and queue.default_walltime else p.default_walltime)
     try:
@@ -211,27 +237,38 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     except ValueError as exc:
         raise SpecError(f"--walltime: {exc}") from None
     if queue and queue.max_walltime and walltime_s > parse_walltime(queue.max_walltime):
-        raise SpecError(f"--walltime {hms(walltime_s)} is above the {queue_name} maximum of {queue.max_walltime} {where}", hint=f"use --walltime {queue.max_walltime} or less")
+        raise SpecError(
+            f"--walltime {hms(walltime_s)} is above the {queue_name} maximum of {queue.max_walltime} {where}",
+            hint=f"use --walltime {queue.max_walltime} or less",
+        )
     stop_before_s = _stop_before(spec, walltime_s) if dialect.has_scheduler else 0
     if not isinstance(spec.chain, int) or spec.chain < 1:
         raise SpecError(f"--chain must be a whole number of at least 1, not {spec.chain!r}")
     if spec.chain > 1 and not dialect.has_scheduler:
-        raise SpecError(f"--chain needs a scheduler to hold each link until the one before ends; {p.name} has none",
-                        hint="run one job with a longer time, or chain on a cluster with a scheduler")
+        raise SpecError(
+            f"--chain needs a scheduler to hold each link until the one before ends; {p.name} has none",
+            hint="run one job with a longer time, or chain on a cluster with a scheduler",
+        )
 
     node_gpus = p.node_gpus(queue_name)
     gpus = node_gpus if spec.gpus_per_node is None else spec.gpus_per_node
     if not isinstance(gpus, int) or gpus < 0:
         raise SpecError(f"--gpus-per-node must be 0 or more, not {gpus!r}")
     if gpus > node_gpus:
-        raise SpecError(f"--gpus-per-node {gpus} is more than the {node_gpus} GPUs of a {p.name} node", hint=f"use --gpus-per-node {node_gpus} or fewer")
+        raise SpecError(
+            f"--gpus-per-node {gpus} is more than the {node_gpus} GPUs of a {p.name} node",
+            hint=f"use --gpus-per-node {node_gpus} or fewer",
+        )
     procs = max(gpus, 1)
 
     group = spec.group or p.group.default
     if group:
         _check_token(group, p.group.label, "pass --group with the plain group/project name")
     elif p.group.required:
-        raise SpecError(f"{p.name} requires an {p.group.label} for accounting", hint="pass --group NAME (alias --project), or set `group:` in hpc-launch.yaml")
+        raise SpecError(
+            f"{p.name} requires an {p.group.label} for accounting",
+            hint="pass --group NAME (alias --project), or set `group:` in hpc-launch.yaml",
+        )
 
     modules = list(p.modules.load if spec.modules is None else spec.modules)
     for mod in modules:
@@ -241,41 +278,71 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     env.update(spec.env or {})
     for key, value in env.items():
         if not _ENV_KEY.match(key):
-            raise SpecError(f"environment variable name {key!r} is not valid", hint="use --env NAME=VALUE with NAME made of letters, digits and _")
+            raise SpecError(
+                f"environment variable name {key!r} is not valid",
+                hint="use --env NAME=VALUE with NAME made of letters, digits and _",
+            )
         if "\x00" in str(value):
             raise SpecError(f"the value of {key} contains a NUL byte")
         if launcher.env_file and _CONTROL.search(str(value)):
             # .deepspeed_env is line-based: one KEY=VALUE per line, nothing else
-            raise SpecError(f"the value of {key} contains a newline or control character, which DeepSpeed's .deepspeed_env cannot carry")
-        if launcher.env_via_shell and spec.nodes > 1 and (_DS_ENV_UNSAFE.search(str(value)) or str(value) != str(value).strip()):
+            raise SpecError(
+                f"the value of {key} contains a newline or control "
+                "character, which DeepSpeed's .deepspeed_env cannot carry"
+            )
+        if (
+            launcher.env_via_shell
+            and spec.nodes > 1
+            and (_DS_ENV_UNSAFE.search(str(value)) or str(value) != str(value).strip())
+        ):
             # DeepSpeed's pdsh runner writes `export KEY="VALUE";` into the remote shell command
-            raise SpecError(f"the value of {key} holds \" $ ` \\ or leading/trailing spaces: DeepSpeed's pdsh launcher hands it to the other nodes' shell inside \"...\", which would expand or cut it",
-                            hint=f"drop those characters from {key}, or use --nodes 1")
+            raise SpecError(
+                f"the value of {key} holds \" $ ` \\ or leading/trailing spaces: DeepSpeed's pdsh launcher hands it "
+                'to the other nodes\' shell inside "...", which would expand or cut it',
+                hint=f"drop those characters from {key}, or use --nodes 1",
+            )
 
     for key in env:
         if _SECRET.search(key):
-            raise SpecError(f"--env {key}=... would write a secret into the job script",
-                            hint=f"export {key} in your shell and pass --pass-env {key}: it reaches the job in a file only you can read")
+            raise SpecError(
+                f"--env {key}=... would write a secret into the job script",
+                hint=(
+                    f"export {key} in your shell and pass --pass-env "
+                    f"{key}: it reaches the job in a file only you can read"
+                ),
+            )
     # --pass-env values travel in a 0600 file the job reads and deletes (hpc_launch/secrets.py)
     pass_env = list(dict.fromkeys(spec.pass_env or []))
     for key in pass_env:
         if not _ENV_KEY.match(key):
             raise SpecError(f"--pass-env {key!r} is not a variable name")
         if key.upper().startswith("HPC_LAUNCH_"):
-            raise SpecError(f"--pass-env {key}: names starting with HPC_LAUNCH_ belong to the job script", hint="pass the value under another name")
+            raise SpecError(
+                f"--pass-env {key}: names starting with HPC_LAUNCH_ belong to the job script",
+                hint="pass the value under another name",
+            )
         if key in env:
-            raise SpecError(f"{key} is given both as --env (or in the profile's env:) and as --pass-env", hint=f"drop one of them; a secret belongs in --pass-env {key}")
+            raise SpecError(
+                f"{key} is given both as --env (or in the profile's env:) and as --pass-env",
+                hint=f"drop one of them; a secret belongs in --pass-env {key}",
+            )
         if key not in os.environ:
             raise SpecError(f"--pass-env {key}: it is not set in this shell", hint=f"export {key}=... first")
     if pass_env and launcher.env_file and spec.nodes > 1:
         # DeepSpeed's multi-node runner puts what it forwards on a command line: pdsh's
         # `export K=V; ...`, mpirun's `-x K=V` (deepspeed/launcher/multinode_runner.py)
-        raise SpecError(f"--pass-env with --nodes {spec.nodes}: the {launcher.name} launcher can hand variables to other nodes only on their command line, readable in ps by every user there",
-                        hint="use --nodes 1 (one node runs without it), or a profile with launch.launcher mpirun or srun")
+        raise SpecError(
+            f"--pass-env with --nodes {spec.nodes}: the {launcher.name} launcher can hand variables to other nodes "
+            "only on their command line, readable in ps by every user there",
+            hint="use --nodes 1 (one node runs without it), or a profile with launch.launcher mpirun or srun",
+        )
 
     for line in spec.directives:
         if _CONTROL.search(line) or not line.strip():
-            raise SpecError(f"directive {line!r} must be one non-empty line", hint="pass each --directive as a single line such as '-l place=scatter'")
+            raise SpecError(
+                f"directive {line!r} must be one non-empty line",
+                hint="pass each --directive as a single line such as '-l place=scatter'",
+            )
 
     hosts = list(spec.hosts if spec.hosts is not None else p.hosts)
     for host in hosts:
@@ -283,20 +350,40 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     exclude, spares = _avoidance(spec, dialect, launcher, hosts)
     if spec.gather is not None:  # the other hosts announce their addresses when the job starts (hpc_launch/gather.py)
         if dialect.has_scheduler or not launcher.over_ssh:
-            raise SpecError(f"--gather is for machines with no scheduler reached over ssh; {p.name} finds its nodes itself", hint="drop --gather, or use --cluster pods")
+            raise SpecError(
+                f"--gather is for machines with no scheduler reached over ssh; {p.name} finds its nodes itself",
+                hint="drop --gather, or use --cluster pods",
+            )
         if not isinstance(spec.gather, int) or not 1024 <= spec.gather <= 65535:
             raise SpecError(f"--gather {spec.gather}: the port must be 1024-65535", hint="e.g. --gather 29400")
         if not p.net_if:
-            raise SpecError(f"--gather needs `net_if` in the {p.name} profile: the interface whose address the others announce to", hint="set net_if: eth0 (or your pods' interface) in your profile")
+            raise SpecError(
+                f"--gather needs `net_if` in the {p.name} profile: the interface whose address the others announce to",
+                hint="set net_if: eth0 (or your pods' interface) in your profile",
+            )
         if spec.nodes < 2:
-            raise SpecError("--gather with one node: no other host to wait for", hint="pass --nodes N (this machine and N-1 that announce), or --hosts THIS,POD2,... naming them")
+            raise SpecError(
+                "--gather with one node: no other host to wait for",
+                hint="pass --nodes N (this machine and N-1 that announce), or --hosts THIS,POD2,... naming them",
+            )
     if not dialect.has_scheduler and not (spec.gather is not None and not hosts):
         if not hosts:
-            raise SpecError(f"{p.name} has no node list", hint="pass --hosts pod1,pod2 (names or IPs reachable over ssh), set `hosts:` in your profile, or --gather PORT --nodes N")
+            raise SpecError(
+                f"{p.name} has no node list",
+                hint=(
+                    "pass --hosts pod1,pod2 (names or IPs reachable over ssh), "
+                    "set `hosts:` in your profile, or --gather PORT --nodes N"
+                ),
+            )
         if launcher.single_node and spec.nodes > 1:
-            raise SpecError(f"{p.name} runs on this machine only", hint="use --nodes 1, or the `pods` cluster for several machines")
+            raise SpecError(
+                f"{p.name} runs on this machine only", hint="use --nodes 1, or the `pods` cluster for several machines"
+            )
         if spec.nodes > len(hosts):
-            raise SpecError(f"--nodes {spec.nodes} but {p.name} knows only {len(hosts)} host(s): {', '.join(hosts)}", hint=f"pass --hosts with {spec.nodes} hosts or use --nodes {len(hosts)}")
+            raise SpecError(
+                f"--nodes {spec.nodes} but {p.name} knows only {len(hosts)} host(s): {', '.join(hosts)}",
+                hint=f"pass --hosts with {spec.nodes} hosts or use --nodes {len(hosts)}",
+            )
         hosts = hosts[: spec.nodes]
 
     # The profile's train_args belong to `python -m train`: a --script of the user's gets none.
@@ -308,7 +395,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
 
     workdir = spec.workdir or cwd or os.getcwd()
     if _CONTROL.search(workdir):
-        raise SpecError("the work directory path contains a newline or control character", hint="run from, or pass --workdir, a plain path")
+        raise SpecError(
+            "the work directory path contains a newline or control character",
+            hint="run from, or pass --workdir, a plain path",
+        )
 
     site_rules.check(p, queue=queue_name, nodes=spec.nodes + spares, walltime_s=walltime_s, procs_per_node=procs)
 
@@ -321,11 +411,29 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
 
     login = spec.login if spec.login is not None else None
     return ResolvedJob(
-        spec=spec, profile=p, name=spec.name, nodes=spec.nodes, queue=queue_name, walltime_s=walltime_s,
-        group=group, gpus_per_node=gpus, procs_per_node=procs, workdir=workdir, modules=modules, env=env,
-        train_args=train_args, script=spec.script, hosts=hosts, venv=venv, conda=conda,
-        login=login, pass_env=pass_env, stop_before_s=stop_before_s, chain=spec.chain,
-        exclude=exclude if dialect.has_scheduler else [], spares=spares,
+        spec=spec,
+        profile=p,
+        name=spec.name,
+        nodes=spec.nodes,
+        queue=queue_name,
+        walltime_s=walltime_s,
+        group=group,
+        gpus_per_node=gpus,
+        procs_per_node=procs,
+        workdir=workdir,
+        modules=modules,
+        env=env,
+        train_args=train_args,
+        script=spec.script,
+        hosts=hosts,
+        venv=venv,
+        conda=conda,
+        login=login,
+        pass_env=pass_env,
+        stop_before_s=stop_before_s,
+        chain=spec.chain,
+        exclude=exclude if dialect.has_scheduler else [],
+        spares=spares,
     )
 
 
@@ -340,16 +448,26 @@ def _avoidance(spec: JobSpec, dialect, launcher, hosts: List[str]) -> "tuple[Lis
         if host not in exclude:
             exclude.append(host)
     if exclude and dialect.has_scheduler and not dialect.exclude_flags(exclude):
-        raise SpecError(f"{dialect.title} cannot keep a job off named hosts (--exclude {','.join(exclude)})",
-                        hint="hold spare nodes instead: --spares K trains on the --nodes that pass the start-up check")
+        raise SpecError(
+            f"{dialect.title} cannot keep a job off named hosts (--exclude {','.join(exclude)})",
+            hint="hold spare nodes instead: --spares K trains on the --nodes that pass the start-up check",
+        )
     spares = spec.spares or 0
     if isinstance(spares, bool) or not isinstance(spares, int) or not 0 <= spares <= MAX_SPARES:
         raise SpecError(f"--spares must be a whole number from 0 to {MAX_SPARES}, not {spares!r}")
     if spares and not dialect.has_scheduler:
-        raise SpecError("--spares needs a scheduler that allocates the nodes", hint="on pods list more --hosts than --nodes: the job uses the first that answer")
+        raise SpecError(
+            "--spares needs a scheduler that allocates the nodes",
+            hint="on pods list more --hosts than --nodes: the job uses the first that answer",
+        )
     if spares and not launcher.places_by_hostfile:
-        raise SpecError(f"--spares: the {launcher.name} launcher places ranks on every allocated node, not on a chosen few",
-                        hint="this scheduler can exclude hosts instead: --exclude HOST (and hosts found bad are excluded by themselves)")
+        raise SpecError(
+            f"--spares: the {launcher.name} launcher places ranks on every allocated node, not on a chosen few",
+            hint=(
+                "this scheduler can exclude hosts instead: --exclude "
+                "HOST (and hosts found bad are excluded by themselves)"
+            ),
+        )
     return exclude, spares
 
 
@@ -365,11 +483,15 @@ def _submitting_venv(p: Profile, host: str) -> str:
 
     active = _running_venv()
     if active and host == LOCAL_HOST:
-        sys.stderr.write(f"hpc-launch: no --venv given: the job activates {active}, the virtualenv hpc-launch runs in\n")
+        sys.stderr.write(
+            f"hpc-launch: no --venv given: the job activates {active}, the virtualenv hpc-launch runs in\n"
+        )
         return active
     override = user_config_dir() / "clusters" / f"{p.name}.yaml"
-    raise SpecError(f"{p.name} jobs would run the system python3, which has no torch",
-                    hint=f"pass --venv PATH (a virtualenv on {p.name}), or set python.venv in {override}")
+    raise SpecError(
+        f"{p.name} jobs would run the system python3, which has no torch",
+        hint=f"pass --venv PATH (a virtualenv on {p.name}), or set python.venv in {override}",
+    )
 
 
 def with_defaults(spec: JobSpec, **kw) -> JobSpec:

@@ -26,10 +26,14 @@ _FILE_KEYS = {"micro-batch": "micro_batch", "micro_batches": "micro_batch", "sta
 
 def axis_values(axis: str, raw: Any, where: str) -> List[Any]:
     """One axis's values from a flag (`0,1,2`) or a YAML value (a list or one value), checked."""
-    items = raw if isinstance(raw, list) else [v.strip() for v in str(raw).split(",")] if isinstance(raw, str) else [raw]
+    items = (
+        raw if isinstance(raw, list) else [v.strip() for v in str(raw).split(",")] if isinstance(raw, str) else [raw]
+    )
     items = [v for v in items if v != ""]
     if not items:
-        raise SpecError(f"{where}: no values", hint=f"give one or more, comma-separated, e.g. {FLAGS.get(axis, '--nodes')} 1,2")
+        raise SpecError(
+            f"{where}: no values", hint=f"give one or more, comma-separated, e.g. {FLAGS.get(axis, '--nodes')} 1,2"
+        )
     out: List[Any] = []
     for item in items:
         if axis in ("zero", "nodes", "micro_batch"):
@@ -76,7 +80,9 @@ def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]
         name = _FILE_KEYS.get(str(key), str(key))
         if name == "points":
             if not isinstance(value, list) or not all(isinstance(p, dict) for p in value):
-                raise SpecError(f"--grid {path}: `points:` must be a list of mappings like {{zero: 3, offload: optimizer}}")
+                raise SpecError(
+                    f"--grid {path}: `points:` must be a list of mappings like {{zero: 3, offload: optimizer}}"
+                )
             for i, p in enumerate(value, 1):
                 point = {}
                 for k, v in p.items():
@@ -95,8 +101,9 @@ def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]
     return axes, points
 
 
-def expand(axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (),
-           note: Callable[[str], Any] = lambda s: None) -> List[Dict[str, Any]]:
+def expand(
+    axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (), note: Callable[[str], Any] = lambda s: None
+) -> List[Dict[str, Any]]:
     """The grid's points: the product of the axes (combinations that are no configuration, like
     ZeRO-0 with offload, are left out and said so), then the listed points (taking the axes' single
     values where they name none). Duplicates once."""
@@ -169,7 +176,15 @@ class Point:
     def shape(self) -> tuple:
         """What the scheduler is asked for: points with the same shape can share one array."""
         job = self.prepared.job
-        return (job.nodes, job.procs_per_node, job.gpus_per_node, job.queue, job.walltime_s, job.group, self.prepared.host)
+        return (
+            job.nodes,
+            job.procs_per_node,
+            job.gpus_per_node,
+            job.queue,
+            job.walltime_s,
+            job.group,
+            self.prepared.host,
+        )
 
 
 @dataclass
@@ -197,8 +212,14 @@ class SweepPlan:
         return not dialects.get(self.points[0].prepared.job.profile.dialect).has_scheduler
 
 
-def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = None, separate: bool = False,
-         stamp: Optional[str] = None) -> SweepPlan:
+def plan(
+    spec,
+    values: List[Dict[str, Any]],
+    *,
+    profile_file: Optional[str] = None,
+    separate: bool = False,
+    stamp: Optional[str] = None,
+) -> SweepPlan:
     """Every point resolved against the cluster (site rules included), then checked (batch
     arithmetic, DeepSpeed's validator, plan's memory estimators) before anything exists."""
     from . import dialects
@@ -206,8 +227,10 @@ def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = No
     from .prepare import Prepared, prepare
 
     if spec.script:
-        raise SpecError("a sweep runs the shipped entrypoint (its --zero, --offload, --precision, --micro-batch flags)",
-                        hint="leave out --script; pass other training flags with --train-args")
+        raise SpecError(
+            "a sweep runs the shipped entrypoint (its --zero, --offload, --precision, --micro-batch flags)",
+            hint="leave out --script; pass other training flags with --train-args",
+        )
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
     sweep_id = f"{spec.name}-{stamp}"
     base = prepare(spec, profile_file=profile_file, stamp=stamp)
@@ -227,10 +250,14 @@ def plan(spec, values: List[Dict[str, Any]], *, profile_file: Optional[str] = No
     if dialect.has_arrays and len(points) > 1 and len(shapes) == 1 and not separate:
         first = points[0].prepared
         script = render(first.job, stamp=stamp, array=[p.train_args for p in points])
-        result.submissions.append(Submission(points, Prepared(script=script, host=first.host, uploads=first.uploads), array=True))
+        result.submissions.append(
+            Submission(points, Prepared(script=script, host=first.host, uploads=first.uploads), array=True)
+        )
     else:
         if dialect.has_arrays and len(shapes) > 1 and not separate:
-            result.notes.append("the points ask for different resources (nodes): one job per point instead of one array")
+            result.notes.append(
+                "the points ask for different resources (nodes): one job per point instead of one array"
+            )
         for p in points:
             result.submissions.append(Submission([p], p.prepared, array=False))
     return result
@@ -248,15 +275,22 @@ def describe(sweep: SweepPlan) -> str:
         kind = f"array of {len(sub.points)} tasks" if sub.array else "one job"
         lines.append(f"# {kind}, script {sub.prepared.script_path}")
         for p in sub.points:
-            lines.append(f"#   point {p.index + 1}: {p.label}, {p.prepared.job.nodes} node(s) x {p.prepared.job.procs_per_node} rank(s): "
-                         f"{' '.join(p.train_args)}")
+            lines.append(
+                f"#   point {p.index + 1}: {p.label}, {p.prepared.job.nodes} node(s) x "
+                f"{p.prepared.job.procs_per_node} rank(s): {' '.join(p.train_args)}"
+            )
         lines.append(sub.prepared.submit_display())
     return "\n".join(lines)
 
 
 def _extra(sweep: SweepPlan, p: Point) -> dict:
-    return {"sweep": sweep.sweep_id, "point_index": p.index, "points": len(sweep.points), "point": dict(p.values),
-            "nodes": p.prepared.job.nodes}
+    return {
+        "sweep": sweep.sweep_id,
+        "point_index": p.index,
+        "points": len(sweep.points),
+        "point": dict(p.values),
+        "nodes": p.prepared.job.nodes,
+    }
 
 
 def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None) -> List[Any]:
@@ -269,7 +303,9 @@ def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any]
     records: List[Any] = []
     for sub in sweep.submissions:
         if sub.array:
-            recs = jobs.submit_array(sub.prepared, [_extra(sweep, p) for p in sub.points], store=store, on_recorded=on_recorded)
+            recs = jobs.submit_array(
+                sub.prepared, [_extra(sweep, p) for p in sub.points], store=store, on_recorded=on_recorded
+            )
             records += recs
         else:
             p = sub.points[0]
@@ -284,19 +320,35 @@ def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any]
     return sorted(records, key=lambda r: r.extra.get("point_index", 0))
 
 
-def submit_in_turn(sweep: SweepPlan, transport_for: TransportFor = transport_for, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None,
-                   write: Callable[[str], Any] = sys.stderr.write, sleep: Callable[[float], None] = time.sleep) -> List[Any]:
+def submit_in_turn(
+    sweep: SweepPlan,
+    transport_for: TransportFor = transport_for,
+    *,
+    store=None,
+    on_recorded: Optional[Callable[[Any], None]] = None,
+    write: Callable[[str], Any] = sys.stderr.write,
+    sleep: Callable[[float], None] = time.sleep,
+) -> List[Any]:
     """Each submission only once the one before it has ended (a sweep on a machine with no
     scheduler); returns the ended records in point order."""
     ended: List[Any] = []
     for sub in sweep.submissions:
         one = SweepPlan(sweep.sweep_id, sub.points, [sub])
-        ended += watch(store, submit(one, store=store, on_recorded=on_recorded), transport_for, write=write, sleep=sleep)
+        ended += watch(
+            store, submit(one, store=store, on_recorded=on_recorded), transport_for, write=write, sleep=sleep
+        )
     return ended
 
 
-def watch(store, records: List[Any], transport_for: TransportFor = transport_for, *, write: Callable[[str], Any] = sys.stderr.write,
-          sleep: Callable[[float], None] = time.sleep, poll: Backoff = POLL) -> List[Any]:
+def watch(
+    store,
+    records: List[Any],
+    transport_for: TransportFor = transport_for,
+    *,
+    write: Callable[[str], Any] = sys.stderr.write,
+    sleep: Callable[[float], None] = time.sleep,
+    poll: Backoff = POLL,
+) -> List[Any]:
     """Until every job has ended: one scheduler query per cluster per poll, a line per job as it
     ends. Returns the records as they ended."""
     from .jobs import refresh
@@ -332,14 +384,23 @@ def watch(store, records: List[Any], transport_for: TransportFor = transport_for
 class Run:
     """What `run` tells its caller to show: the sweep's id, progress lines, the exit code."""
 
-    say: Callable[[str], Any]           # a note for the user (stderr, "hpc-launch: ..." )
-    line: Callable[[str], Any]          # a line as it is (stderr): submissions, the dry-run's plan
-    announce_id: Callable[[str], Any]   # the sweep's id, the one line on stdout
+    say: Callable[[str], Any]  # a note for the user (stderr, "hpc-launch: ..." )
+    line: Callable[[str], Any]  # a line as it is (stderr): submissions, the dry-run's plan
+    announce_id: Callable[[str], Any]  # the sweep's id, the one line on stdout
     show_script: Callable[[str], Any] = lambda text: None  # --dry-run: each script
 
 
-def run(spec, values: List[Dict[str, Any]], ui: Run, *, profile_file: Optional[str] = None, separate: bool = False,
-        out: Optional[str] = None, no_wait: bool = False, dry_run: bool = False) -> int:
+def run(
+    spec,
+    values: List[Dict[str, Any]],
+    ui: Run,
+    *,
+    profile_file: Optional[str] = None,
+    separate: bool = False,
+    out: Optional[str] = None,
+    no_wait: bool = False,
+    dry_run: bool = False,
+) -> int:
     """Plan and check every point, submit, wait for all, write the report. Returns the exit code
     (0 when every point is done). Ctrl-C says what keeps running and how to reach it."""
     from . import report as rp
@@ -359,8 +420,10 @@ def run(spec, values: List[Dict[str, Any]], ui: Run, *, profile_file: Optional[s
     def announce(record) -> None:
         extra = record.extra or {}
         within = f" (task of array {extra['array']})" if extra.get("array") else ""
-        ui.line(f"submitted point {extra.get('point_index', 0) + 1} [{label(extra.get('point', {}))}] as {record.job_id}{within}; "
-               f"log: {record.log_path}")
+        ui.line(
+            f"submitted point {extra.get('point_index', 0) + 1} [{label(extra.get('point', {}))}] as "
+            f"{record.job_id}{within}; log: {record.log_path}"
+        )
 
     in_turn = sweep.shares_one_machine and not no_wait
     try:
@@ -370,14 +433,19 @@ def run(spec, values: List[Dict[str, Any]], ui: Run, *, profile_file: Optional[s
         else:
             records = submit(sweep, store=store, on_recorded=announce)
             if no_wait:
-                ui.say(f"sweep {sweep.sweep_id}: follow it with `hpc-launch logs -f {sweep.sweep_id}`, "
-                       f"report with `hpc-launch report {sweep.sweep_id}`")
+                ui.say(
+                    f"sweep {sweep.sweep_id}: follow it with `hpc-launch logs -f {sweep.sweep_id}`, "
+                    f"report with `hpc-launch report {sweep.sweep_id}`"
+                )
                 return 0
             ended = watch(store, records)
     except KeyboardInterrupt:
         later = " (points not yet started are not submitted)" if in_turn else ""
-        ui.say(f"interrupted: the sweep's submitted jobs keep running{later}. Follow: hpc-launch logs -f {sweep.sweep_id}   "
-               f"Report: hpc-launch report {sweep.sweep_id}   Stop: hpc-launch cancel {sweep.sweep_id}")
+        ui.say(
+            f"interrupted: the sweep's submitted jobs keep running{later}. "
+            f"Follow: hpc-launch logs -f {sweep.sweep_id}   Report: hpc-launch "
+            f"report {sweep.sweep_id}   Stop: hpc-launch cancel {sweep.sweep_id}"
+        )
         raise
     written, notes = rp.write_for(ended, out or sweep.sweep_id, f"sweep {sweep.sweep_id} on {ended[0].cluster}")
     for note in notes:

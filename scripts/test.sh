@@ -26,6 +26,7 @@ step "python environment"
 scripts/setup-dev.sh test
 step "lint: ruff and mypy"
 .venv/bin/ruff check hpc_launch train tests bench
+.venv/bin/ruff format --check hpc_launch train tests bench scripts
 .venv/bin/mypy hpc_launch train
 step "testbed up"
 testbed/up.sh

@@ -31,7 +31,6 @@ def hpc_launch_bin() -> str:
     return str(path)
 
 
-
 # ---- a real sshd on 127.0.0.1 and the same test body over both transports ------------------
 
 

@@ -15,12 +15,19 @@ OK = CommandResult(0, "", "")
 
 
 class FakeTransport:
-    def __init__(self, answer: Optional[Callable[[List[str]], CommandResult]] = None, *, host: str = "localhost",
-                 every_file_exists: bool = False):
+    def __init__(
+        self,
+        answer: Optional[Callable[[List[str]], CommandResult]] = None,
+        *,
+        host: str = "localhost",
+        every_file_exists: bool = False,
+    ):
         self.host = host
         self.answer = answer or (lambda argv: OK)
         self.files: Dict[str, bytes] = {}
-        self.calls: List[tuple] = []  # ("run", argv, env, stdin) | ("put_text", path) | ("put_private", path) | ("remove", path)
+        self.calls: List[
+            tuple
+        ] = []  # ("run", argv, env, stdin) | ("put_text", path) | ("put_private", path) | ("remove", path)
         self.every_file_exists = every_file_exists  # size() of a path never written is 0, not None
 
     @property
@@ -43,7 +50,7 @@ class FakeTransport:
     def read_from(self, path: str, offset: int, limit: int = 1 << 20) -> bytes:
         if path not in self.files:
             raise FileNotFoundError(path)
-        return self.files[path][offset:offset + limit]
+        return self.files[path][offset : offset + limit]
 
     def size(self, path: str) -> Optional[int]:
         if path in self.files:

@@ -51,13 +51,24 @@ def parse(text: str, name: str = "") -> Fixture:
             notes.append(value)
         else:
             fields[key] = value
-    return Fixture(name=name, command=fields["command"], run_as=fields["run as"], rc=int(fields["exit code"]),
-                   notes=tuple(notes), out=parts[0], err=parts[1])
+    return Fixture(
+        name=name,
+        command=fields["command"],
+        run_as=fields["run as"],
+        rc=int(fields["exit code"]),
+        notes=tuple(notes),
+        out=parts[0],
+        err=parts[1],
+    )
 
 
 def load(name: str) -> Fixture:
     """By number ("014"), stem or file name."""
-    matches = sorted(OBSERVED.glob(f"{name}*.txt")) if re.fullmatch(r"\d{3}", name) else [OBSERVED / (name if name.endswith(".txt") else name + ".txt")]
+    matches = (
+        sorted(OBSERVED.glob(f"{name}*.txt"))
+        if re.fullmatch(r"\d{3}", name)
+        else [OBSERVED / (name if name.endswith(".txt") else name + ".txt")]
+    )
     assert len(matches) == 1 and matches[0].exists(), f"no single fixture for {name!r}"
     return parse(matches[0].read_text(), matches[0].stem)
 
@@ -104,8 +115,10 @@ class Replay:
         self.calls.append(list(argv))
         key = normalize(argv)
         if key not in self.answers:
-            raise AssertionError(f"no recorded answer for {shlex.join(argv)}; recorded: "
-                                 + "; ".join(f"{p} {' '.join(sorted(f))} {' '.join(o)}" for p, f, o in self.answers))
+            raise AssertionError(
+                f"no recorded answer for {shlex.join(argv)}; recorded: "
+                + "; ".join(f"{p} {' '.join(sorted(f))} {' '.join(o)}" for p, f, o in self.answers)
+            )
         return self.answers[key]
 
 

@@ -30,8 +30,11 @@ def free_port() -> int:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpc-launch-test", "-f", str(path)],
-                   check=True, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpc-launch-test", "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @dataclass
@@ -40,10 +43,10 @@ class SshdHandle:
     alias: str
     port: int
     user: str
-    host_key_pub: str          # "ssh-ed25519 AAAA..."
+    host_key_pub: str  # "ssh-ed25519 AAAA..."
     client_key: Path
-    ssh_config: Path           # contains only this server's Host block
-    known_hosts: Path          # this server's key under "[127.0.0.1]:port"
+    ssh_config: Path  # contains only this server's Host block
+    known_hosts: Path  # this server's key under "[127.0.0.1]:port"
     log: Path
     proc: Optional[subprocess.Popen] = None
     extra_config: List[str] = field(default_factory=list)
@@ -85,8 +88,9 @@ class SshdHandle:
 
     def start(self) -> "SshdHandle":
         """Start (or restart after stop()) the server on the same port with the same keys."""
-        self.proc = subprocess.Popen([SSHD, "-D", "-f", str(self.dir / "sshd_config"), "-E", str(self.log)],
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-f", str(self.dir / "sshd_config"), "-E", str(self.log)], stdin=subprocess.DEVNULL
+        )
         self.wait_until_listening()
         return self
 
@@ -114,8 +118,9 @@ def write_ssh_config(path: Path, blocks: Iterable[str]) -> Path:
     return path
 
 
-def prepare_sshd(tmp_path: Path, *, alias: str = "test-login", port: Optional[int] = None,
-                 extra_config: Iterable[str] = ()) -> SshdHandle:
+def prepare_sshd(
+    tmp_path: Path, *, alias: str = "test-login", port: Optional[int] = None, extra_config: Iterable[str] = ()
+) -> SshdHandle:
     """Keys and configs for a server, without starting it (tests of retry start it later)."""
     if not os.path.exists(SSHD):
         raise RuntimeError(f"{SSHD} not found: install openssh-server (apt-get install -y openssh-server)")
@@ -147,14 +152,24 @@ def prepare_sshd(tmp_path: Path, *, alias: str = "test-login", port: Optional[in
     host_pub = " ".join((d / "host_ed25519.pub").read_text().split()[:2])
     known_hosts = d / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
-    handle = SshdHandle(dir=d, alias=alias, port=port, user=user, host_key_pub=host_pub,
-                        client_key=d / "client_ed25519", ssh_config=d / "ssh_config",
-                        known_hosts=known_hosts, log=d / "sshd.log", extra_config=list(extra_config))
+    handle = SshdHandle(
+        dir=d,
+        alias=alias,
+        port=port,
+        user=user,
+        host_key_pub=host_pub,
+        client_key=d / "client_ed25519",
+        ssh_config=d / "ssh_config",
+        known_hosts=known_hosts,
+        log=d / "sshd.log",
+        extra_config=list(extra_config),
+    )
     write_ssh_config(handle.ssh_config, [handle.block()])
     return handle
 
 
-def start_sshd(tmp_path: Path, *, alias: str = "test-login", port: Optional[int] = None,
-               extra_config: Iterable[str] = ()) -> SshdHandle:
+def start_sshd(
+    tmp_path: Path, *, alias: str = "test-login", port: Optional[int] = None, extra_config: Iterable[str] = ()
+) -> SshdHandle:
     """A running sshd on 127.0.0.1; call .stop() (the pytest fixtures do)."""
     return prepare_sshd(tmp_path, alias=alias, port=port, extra_config=extra_config).start()

@@ -42,10 +42,13 @@ def test_the_store_remembers_bad_hosts_per_cluster_until_they_expire(store):
     assert [b.host for b in store.bad_hosts()] == ["n4"]
 
 
-@pytest.mark.parametrize("cluster, words", [
-    ("slurm", ["--exclude=n3"]),
-    ("abci2", ["-l", "h=!(n3)"]),
-])
+@pytest.mark.parametrize(
+    "cluster, words",
+    [
+        ("slurm", ["--exclude=n3"]),
+        ("abci2", ["-l", "h=!(n3)"]),
+    ],
+)
 def test_a_remembered_bad_host_is_excluded_at_submission(store, cluster, words):
     store.add_bad_hosts(cluster, {"n3": "hang"}, "12", ttl_s=3600)
     notes: list = []
@@ -53,7 +56,7 @@ def test_a_remembered_bad_host_is_excluded_at_submission(store, cluster, words):
     argv = prepared.script.submit_argv
     assert argv[-1].endswith(".sh")
     at = argv.index(words[0])
-    assert argv[at:at + len(words)] == words
+    assert argv[at : at + len(words)] == words
     assert notes and "n3 (hang, job 12)" in notes[0] and "hosts --forget" in notes[0]
     # a chain's later link is held by the dialect and keeps the exclusion
     assert words[0] in prepared.script.link(2).held_submit_argv("41")
@@ -87,18 +90,32 @@ def test_spares_are_allocated_and_checked_against_the_queue(store):
 
 def _record(tmp: Path, dialect: str = "slurm") -> JobRecord:
     log = tmp / "train.o9"
-    return JobRecord(job_id="9", cluster="slurm", dialect=dialect, host="localhost", name="train", workdir=str(tmp),
-                     script_path=str(tmp / ".hpc-launch" / "train-1.sh"), log_path=str(log), exit_path=str(log) + ".exitcode",
-                     submit_time=time.time(), state="running")
+    return JobRecord(
+        job_id="9",
+        cluster="slurm",
+        dialect=dialect,
+        host="localhost",
+        name="train",
+        workdir=str(tmp),
+        script_path=str(tmp / ".hpc-launch" / "train-1.sh"),
+        log_path=str(log),
+        exit_path=str(log) + ".exitcode",
+        submit_time=time.time(),
+        state="running",
+    )
 
 
 def test_the_hosts_a_job_reported_are_remembered_when_it_ends(store, tmp_path):
     rec = _record(tmp_path)
     store.add(rec)
-    line = protocol.report_bad_host("n2", "preflight: eth0 has no IPv4 address", env={protocol.ENV_BAD_HOSTS: rec.bad_hosts_path})
+    line = protocol.report_bad_host(
+        "n2", "preflight: eth0 has no IPv4 address", env={protocol.ENV_BAD_HOSTS: rec.bad_hosts_path}
+    )
     assert line == "[hpc-launch] bad host: n2: preflight: eth0 has no IPv4 address"
     store_outcome(store, rec, Outcome(JobState.FAILED, 78), LocalTransport())
-    assert [(b.host, b.reason, b.job_id) for b in store.bad_hosts("slurm")] == [("n2", "preflight: eth0 has no IPv4 address", "9")]
+    assert [(b.host, b.reason, b.job_id) for b in store.bad_hosts("slurm")] == [
+        ("n2", "preflight: eth0 has no IPv4 address", "9")
+    ]
     assert store.get("9", "slurm").extra["bad_hosts"] == {"n2": "preflight: eth0 has no IPv4 address"}
 
 
@@ -128,9 +145,11 @@ def stubs(tmp_path):
     for name in ("mpirun",):
         (d / name).write_text("#!/bin/sh\necho launcher ran\n")
     # ssh HOST CMD: n2 does not answer; the others run the check
-    (d / "ssh").write_text('#!/bin/bash\nfor a in "$@"; do h=$prev; prev=$a; done\n'
-                           'host=$(for a in "$@"; do case $a in -*) ;; *) echo "$a";; esac; done | grep -E "^n[0-9]+$" | head -1)\n'
-                           '[ "$host" = n2 ] && exit 255\nexit 0\n')
+    (d / "ssh").write_text(
+        '#!/bin/bash\nfor a in "$@"; do h=$prev; prev=$a; done\n'
+        'host=$(for a in "$@"; do case $a in -*) ;; *) echo "$a";; esac; done | grep -E "^n[0-9]+$" | head -1)\n'
+        '[ "$host" = n2 ] && exit 255\nexit 0\n'
+    )
     (d / "python").write_text("#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n")
     for f in d.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
@@ -141,18 +160,33 @@ def stubs(tmp_path):
 
 def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, stubs):
     profile = profiles.load("abci")
-    profile = msgspec.structs.replace(profile, modules=profiles.Modules(), net_if=None,
-                                      python=msgspec.structs.replace(profile.python, modules=[]))
-    job = resolve(JobSpec(cluster="abci", nodes=2, spares=1, workdir=str(tmp_path), venv=str(stubs / "venv"), group="g1",
-                          modules=[]), profile)
+    profile = msgspec.structs.replace(
+        profile, modules=profiles.Modules(), net_if=None, python=msgspec.structs.replace(profile.python, modules=[])
+    )
+    job = resolve(
+        JobSpec(
+            cluster="abci", nodes=2, spares=1, workdir=str(tmp_path), venv=str(stubs / "venv"), group="g1", modules=[]
+        ),
+        profile,
+    )
     script = tmp_path / "job.sh"
     script.write_text(render(job, stamp="t").text)
     nodefile = tmp_path / "nodes"
     here = socket.gethostname()
     nodefile.write_text("".join(f"{h}\n" * 8 for h in (here, "n2", "n3")))
-    r = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
-                            "PBS_JOBID": "60.pbshead", "PBS_NODEFILE": str(nodefile)})
+    r = subprocess.run(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(tmp_path),
+            "PBS_JOBID": "60.pbshead",
+            "PBS_NODEFILE": str(nodefile),
+        },
+    )
     assert "launcher ran" in r.stdout, r.stdout + r.stderr
     hostfile = (tmp_path / "hostfile_60").read_text().split()
     assert [h for h in hostfile if "slots" not in h] == [here, "n3"]
@@ -174,19 +208,27 @@ def test_the_summary_lists_the_hosts_kept_off_trained_on_and_found_bad(tmp_path)
 def test_the_summary_carries_the_gates_measure_and_the_stragglers(tmp_path):
     from hpc_launch.follow import summary_block
 
-    log = ("[hpc-launch] preflight ok: 3 ranks on 3 hosts: ranks, threads, devices and interfaces as planned; "
-           "all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2); gate 1.2 s\n"
-           "[hpc-launch] straggler: rank 1 on pod2 is 2.3x slower than the median rank (its own data+forward 46 ms vs 20 ms per step; factor 1.5)\n")
+    log = (
+        "[hpc-launch] preflight ok: 3 ranks on 3 hosts: ranks, threads, devices and interfaces as planned; "
+        "all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2); gate 1.2 s\n"
+        "[hpc-launch] straggler: rank 1 on pod2 is 2.3x slower than the median "
+        "rank (its own data+forward 46 ms vs 20 ms per step; factor 1.5)\n"
+    )
     text = summary_block(_record(tmp_path), log, JobState.DONE, 0)
-    assert "preflight 3 ranks on 3 hosts as planned in 1.2 s; all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2)" in text
+    assert (
+        "preflight 3 ranks on 3 hosts as planned in 1.2 s; all-reduce 4 MiB in 41.3 ms (0.14 GB/s bus, slowest pod2)"
+        in text
+    )
     assert "straggler: pod2 (rank 1, 2.3x slower than the median rank)" in text
 
 
 def test_a_chain_links_kept_off_lines_are_read_back_per_job():
-    log = ("[hpc-train] step=40 loss=1.0\n"
-           f"{protocol.KEPT_OFF_PREFIX}pod2,pod3: job 812\n"
-           f"{protocol.KEPT_OFF_PREFIX}x3001c0s13b0n0: job 813.polaris-pbs-01\n"
-           "[hpc-launch] next link kept off : job 9\n")  # no host: not a line of ours
+    log = (
+        "[hpc-train] step=40 loss=1.0\n"
+        f"{protocol.KEPT_OFF_PREFIX}pod2,pod3: job 812\n"
+        f"{protocol.KEPT_OFF_PREFIX}x3001c0s13b0n0: job 813.polaris-pbs-01\n"
+        "[hpc-launch] next link kept off : job 9\n"
+    )  # no host: not a line of ours
     assert protocol.kept_off_in(log) == {"812": ["pod2", "pod3"], "813.polaris-pbs-01": ["x3001c0s13b0n0"]}
 
 
@@ -197,7 +239,7 @@ def test_only_a_slurm_chain_link_carries_the_hand_off_to_the_next_link():
         return render(job, stamp="20260101-000000-000").text
 
     chained = script("slurm", chain=2)
-    assert "hpc_launch_keep_next_links_off \"$HPC_LAUNCH_BAD_HOSTS\"" in chained
-    assert "scontrol update JobId=\"$next\" ExcNodeList=\"$hosts\"" in chained
+    assert 'hpc_launch_keep_next_links_off "$HPC_LAUNCH_BAD_HOSTS"' in chained
+    assert 'scontrol update JobId="$next" ExcNodeList="$hosts"' in chained
     assert "hpc_launch_keep_next_links_off" not in script("slurm")  # nothing waits for a lone job
     assert "hpc_launch_keep_next_links_off" not in script("polaris", chain=2, group="datascience")  # PBS cannot exclude

@@ -27,16 +27,34 @@ def _tree(root: Path, files: dict) -> None:
 
 
 def test_the_snapshot_takes_what_the_script_can_import_and_nothing_else(tmp_path):
-    _tree(tmp_path, {
-        "train.py": "import helper\n", "helper.py": "X = 1\n", "ds.json": "{}\n",
-        "models/__init__.py": "", "models/net.py": "", "utils/data.py": "",  # a package, a namespace dir
-        ".git/hooks/x.py": "", "__pycache__/helper.cpython-311.pyc": "", "venv/pyvenv.cfg": "", "venv/lib/site.py": "",
-        "notes.md": "", "big.json": "x" * (capsule.MAX_CONFIG_BYTES + 1),
-    })
+    _tree(
+        tmp_path,
+        {
+            "train.py": "import helper\n",
+            "helper.py": "X = 1\n",
+            "ds.json": "{}\n",
+            "models/__init__.py": "",
+            "models/net.py": "",
+            "utils/data.py": "",  # a package, a namespace dir
+            ".git/hooks/x.py": "",
+            "__pycache__/helper.cpython-311.pyc": "",
+            "venv/pyvenv.cfg": "",
+            "venv/lib/site.py": "",
+            "notes.md": "",
+            "big.json": "x" * (capsule.MAX_CONFIG_BYTES + 1),
+        },
+    )
     files, whole = capsule.snapshot(str(tmp_path / "train.py"))
     assert whole
     assert files[0].rel == "train.py"  # the script first: the job runs code/<its name>
-    assert sorted(f.rel for f in files) == ["ds.json", "helper.py", "models/__init__.py", "models/net.py", "train.py", "utils/data.py"]
+    assert sorted(f.rel for f in files) == [
+        "ds.json",
+        "helper.py",
+        "models/__init__.py",
+        "models/net.py",
+        "train.py",
+        "utils/data.py",
+    ]
 
 
 def test_a_script_among_too_many_files_is_taken_alone_and_says_so(tmp_path, monkeypatch):
@@ -49,36 +67,59 @@ def test_a_script_among_too_many_files_is_taken_alone_and_says_so(tmp_path, monk
     from hpc_launch.spec import JobSpec
 
     notes: list = []
-    prepared = prepare(JobSpec(cluster="local", script=str(tmp_path / "train.py"), workdir=str(tmp_path / "w")), note=notes.append)
+    prepared = prepare(
+        JobSpec(cluster="local", script=str(tmp_path / "train.py"), workdir=str(tmp_path / "w")), note=notes.append
+    )
     assert len(prepared.uploads) == 1 and "imports the modules beside it from where they are" in notes[0]
     assert f"export PYTHONPATH={tmp_path}" in prepared.script.text  # ... and the job can still import them
 
 
 def _submit(hpc_launch_bin, cwd: Path, *args: str) -> str:
     env = scheduler_env_cleared()
-    env.update(HPC_LAUNCH_STATE_DIR=os.environ["HPC_LAUNCH_STATE_DIR"], HPC_LAUNCH_CONFIG_DIR=os.environ["HPC_LAUNCH_CONFIG_DIR"])
+    env.update(
+        HPC_LAUNCH_STATE_DIR=os.environ["HPC_LAUNCH_STATE_DIR"],
+        HPC_LAUNCH_CONFIG_DIR=os.environ["HPC_LAUNCH_CONFIG_DIR"],
+    )
     r = subprocess.run([hpc_launch_bin, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_a_job_runs_the_submitted_code_after_the_files_were_edited(hpc_launch_bin, tmp_path):
     code, work = tmp_path / "code", tmp_path / "work"
     # the script waits for the test's signal, then imports its neighbour: by then both files changed
-    _tree(code, {"train.py": "import os, sys, time\n"
-                             "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
-                             "import helper\nprint('ran', sys.argv[0].split('/')[-1], 'helper', helper.X, 'script v1')\n",
-                 "helper.py": "X = 'submitted'\n"})
+    _tree(
+        code,
+        {
+            "train.py": "import os, sys, time\n"
+            "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
+            "import helper\nprint('ran', sys.argv[0].split('/')[-1], 'helper', helper.X, 'script v1')\n",
+            "helper.py": "X = 'submitted'\n",
+        },
+    )
     _git(code, "init", "-q")
     _git(code, "add", ".")
     _git(code, "commit", "-qm", "v1")
     (code / "helper.py").write_text("X = 'submitted'  # uncommitted\n")
-    out = _submit(hpc_launch_bin, tmp_path, "submit", "--cluster", "local", "--script", "code/train.py", "--workdir", "work", "--name", "cap")
+    out = _submit(
+        hpc_launch_bin,
+        tmp_path,
+        "submit",
+        "--cluster",
+        "local",
+        "--script",
+        "code/train.py",
+        "--workdir",
+        "work",
+        "--name",
+        "cap",
+    )
     job = out.strip().splitlines()[0]
     (code / "helper.py").write_text("X = 'edited after submit'\n")
     (code / "train.py").write_text("print('the edited script ran')\n")
@@ -96,14 +137,18 @@ def test_a_job_runs_the_submitted_code_after_the_files_were_edited(hpc_launch_bi
     m = shown["manifest"]
     assert m["code"]["kind"] == "snapshot" and m["code"]["source"] == str(code)
     assert {f["path"] for f in m["code"]["files"]} == {"train.py", "helper.py"}
-    assert m["code"]["git"]["commit"] == _git(code, "rev-parse", "HEAD") and m["code"]["git"]["changed"] == ["helper.py"]
+    assert m["code"]["git"]["commit"] == _git(code, "rev-parse", "HEAD") and m["code"]["git"]["changed"] == [
+        "helper.py"
+    ]
     assert "+X = 'submitted'  # uncommitted" in (Path(shown["path"]) / "git.diff").read_text()
     assert m["profile"]["name"] == "local" and m["cluster"] == "local"
     [run] = shown["runs"]
     assert run["job_id"] == job and run["python"] == sys.version.split()[0]
     assert any(p.lower().startswith("hpc-launch==") for p in run["packages"])
     text = _submit(hpc_launch_bin, tmp_path, "show", job)
-    assert "code      2 file(s) from" in text and "1 file(s) changed: git.diff" in text and f"run 1     job {job}" in text
+    assert (
+        "code      2 file(s) from" in text and "1 file(s) changed: git.diff" in text and f"run 1     job {job}" in text
+    )
 
 
 def test_a_later_start_in_another_environment_names_what_changed(tmp_path):
@@ -114,14 +159,30 @@ def test_a_later_start_in_another_environment_names_what_changed(tmp_path):
     other = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
     if other.returncode != 0:
         pytest.skip("no second Python (/usr/bin/python3) on this machine")
-    first = subprocess.run([sys.executable, str(probe), str(tmp_path), "101"], capture_output=True, text=True,
-                           env={**os.environ, "HPC_LAUNCH_MODULES": "Currently Loaded Modules:\ncuda/12.4\nnccl/2.21\n"})
-    assert first.returncode == 0 and "capsule: job 101 recorded" in first.stdout and "modules cuda/12.4 nccl/2.21" in first.stdout
-    again = subprocess.run([sys.executable, str(probe), str(tmp_path), "102"], capture_output=True, text=True,
-                           env={**os.environ, "HPC_LAUNCH_MODULES": "Currently Loaded Modules:\ncuda/12.4\nnccl/2.21\n"})
+    first = subprocess.run(
+        [sys.executable, str(probe), str(tmp_path), "101"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HPC_LAUNCH_MODULES": "Currently Loaded Modules:\ncuda/12.4\nnccl/2.21\n"},
+    )
+    assert (
+        first.returncode == 0
+        and "capsule: job 101 recorded" in first.stdout
+        and "modules cuda/12.4 nccl/2.21" in first.stdout
+    )
+    again = subprocess.run(
+        [sys.executable, str(probe), str(tmp_path), "102"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HPC_LAUNCH_MODULES": "Currently Loaded Modules:\ncuda/12.4\nnccl/2.21\n"},
+    )
     assert "job 102 runs what job 101 ran" in again.stdout
-    moved = subprocess.run(["/usr/bin/python3", "-I", str(probe), str(tmp_path), "103"], capture_output=True, text=True,
-                           env={"PATH": os.environ["PATH"], "HPC_LAUNCH_MODULES": "cuda/12.6\n"})
+    moved = subprocess.run(
+        ["/usr/bin/python3", "-I", str(probe), str(tmp_path), "103"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "HPC_LAUNCH_MODULES": "cuda/12.6\n"},
+    )
     assert moved.returncode == 0, moved.stderr
     assert "warning: Python packages changed since job 101: -" in moved.stdout and "-torch==" in moved.stdout
     assert "modules changed since job 101: cuda/12.4 nccl/2.21 -> cuda/12.6" in moved.stdout
@@ -135,9 +196,20 @@ def test_a_capsule_that_is_gone_is_one_line_that_says_where_it_was(tmp_path):
     from hpc_launch.records import JobRecord
     from hpc_launch.transport import LocalTransport
 
-    rec = JobRecord(job_id="7", cluster="local", dialect="none", host="localhost", name="t", workdir=str(tmp_path),
-                    script_path=str(tmp_path / "t.sh"), log_path=str(tmp_path / "t.o7"), exit_path=str(tmp_path / "t.o7.exitcode"),
-                    submit_time=time.time(), state="done", extra={"capsule": str(tmp_path / "gone")})
+    rec = JobRecord(
+        job_id="7",
+        cluster="local",
+        dialect="none",
+        host="localhost",
+        name="t",
+        workdir=str(tmp_path),
+        script_path=str(tmp_path / "t.sh"),
+        log_path=str(tmp_path / "t.o7"),
+        exit_path=str(tmp_path / "t.o7.exitcode"),
+        submit_time=time.time(),
+        state="done",
+        extra={"capsule": str(tmp_path / "gone")},
+    )
     with pytest.raises(SpecError, match=r"capsule .*/gone is gone"):
         capsule.load(rec, LocalTransport())
     rec.extra = {}

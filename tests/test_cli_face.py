@@ -11,14 +11,31 @@ import pytest
 
 from envutil import scheduler_env_cleared
 
-COMMANDS = ["submit", "sweep", "logs", "status", "list", "adopt", "cancel", "doctor", "report", "hostfile", "announce",
-            "plan", "completion", "clusters", "clusters show"]
+COMMANDS = [
+    "submit",
+    "sweep",
+    "logs",
+    "status",
+    "list",
+    "adopt",
+    "cancel",
+    "doctor",
+    "report",
+    "hostfile",
+    "announce",
+    "plan",
+    "completion",
+    "clusters",
+    "clusters show",
+]
 
 
 @pytest.fixture
 def env(tmp_path):
     env = scheduler_env_cleared()
-    env.update(HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"), HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), COLUMNS="200")
+    env.update(
+        HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"), HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), COLUMNS="200"
+    )
     return env
 
 
@@ -54,14 +71,20 @@ def test_a_short_option_means_one_thing_across_commands(hpc_launch_bin, env):
     assert not clashes, clashes
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["adopt", "", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
-    (["adopt", "1;id", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
-    (["adopt", "$(reboot)", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
-    (["adopt", "0", "-c", "local", "--workdir", "/w"], "not the id of a job on this machine"),
-    (["adopt", "12", "-c", "slurm", "--workdir", "w/rel"], "not an absolute path"),
-    (["adopt", "12", "-c", "slurm", "--workdir", "/w", "--login", "-oProxyCommand=touch /tmp/x"], "not an ssh host alias"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["adopt", "", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
+        (["adopt", "1;id", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
+        (["adopt", "$(reboot)", "-c", "slurm", "--workdir", "/w"], "is not a job id"),
+        (["adopt", "0", "-c", "local", "--workdir", "/w"], "not the id of a job on this machine"),
+        (["adopt", "12", "-c", "slurm", "--workdir", "w/rel"], "not an absolute path"),
+        (
+            ["adopt", "12", "-c", "slurm", "--workdir", "/w", "--login", "-oProxyCommand=touch /tmp/x"],
+            "not an ssh host alias",
+        ),
+    ],
+)
 def test_adopt_checks_what_it_records(hpc_launch_bin, env, tmp_path, args, needle):
     r = _run(hpc_launch_bin, *args, env=env)
     assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -72,15 +95,25 @@ def test_adopt_checks_what_it_records(hpc_launch_bin, env, tmp_path, args, needl
 def test_cancel_of_an_ended_job_answers_the_same_before_and_after_a_refresh(hpc_launch_bin, env, tmp_path):
     script = tmp_path / "quick.py"
     script.write_text("print('hi')\n")
-    r = _run(hpc_launch_bin, "submit", "--cluster", "local", "--script", str(script), "--gpus-per-node", "1",
-             env=env, cwd=tmp_path)
+    r = _run(
+        hpc_launch_bin,
+        "submit",
+        "--cluster",
+        "local",
+        "--script",
+        str(script),
+        "--gpus-per-node",
+        "1",
+        env=env,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     for _ in range(100):  # the job ends; the record does not know yet
         if (tmp_path / f"train.o{job}.exitcode").exists():
             break
         time.sleep(0.1)
-    first = _run(hpc_launch_bin, "cancel", job, env=env)     # finds out the job ended
-    second = _run(hpc_launch_bin, "cancel", job, env=env)    # the record already says so
+    first = _run(hpc_launch_bin, "cancel", job, env=env)  # finds out the job ended
+    second = _run(hpc_launch_bin, "cancel", job, env=env)  # the record already says so
     assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
     assert "had already ended" in first.stderr and "had already ended" in second.stderr

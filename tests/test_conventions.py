@@ -23,10 +23,22 @@ def env(tmp_path, hpc_launch_bin):
     e = scheduler_env_cleared()
     e.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"))
     e["PATH"] = f"{Path(hpc_launch_bin).parent}:{e['PATH']}"
-    JobStore(tmp_path / "state" / "jobs.sqlite").add(JobRecord(
-        job_id="4242", cluster="local", dialect="none", host="localhost", name="train", workdir=str(tmp_path),
-        script_path=str(tmp_path / ".hpc-launch/train-x.sh"), log_path=str(tmp_path / "train.o4242"),
-        exit_path=str(tmp_path / "train.o4242.exitcode"), submit_time=1.0, state="done", exit_code=0))
+    JobStore(tmp_path / "state" / "jobs.sqlite").add(
+        JobRecord(
+            job_id="4242",
+            cluster="local",
+            dialect="none",
+            host="localhost",
+            name="train",
+            workdir=str(tmp_path),
+            script_path=str(tmp_path / ".hpc-launch/train-x.sh"),
+            log_path=str(tmp_path / "train.o4242"),
+            exit_path=str(tmp_path / "train.o4242.exitcode"),
+            submit_time=1.0,
+            state="done",
+            exit_code=0,
+        )
+    )
     return e
 
 
@@ -53,7 +65,16 @@ def test_json_outputs_have_their_documented_keys(env):
     assert json.loads(_run(env, "status", "--json", "4242").stdout)[0]["job_id"] == "4242"
     clusters = {c["name"]: c for c in json.loads(_run(env, "clusters", "--json").stdout)}
     assert clusters["abci"]["scheduler"] == "pbspro" and "rt_HF" in clusters["abci"]["queues"]
-    assert set(clusters["local"]) == {"name", "scheduler", "gpus_per_node", "launcher", "status", "title", "queues", "login"}
+    assert set(clusters["local"]) == {
+        "name",
+        "scheduler",
+        "gpus_per_node",
+        "launcher",
+        "status",
+        "title",
+        "queues",
+        "login",
+    }
     for key in JOB_JSON_KEYS + ("gpus_per_node", "launcher", "queues"):
         assert f"`{key}`" in DOCS, f"docs/commands.md does not document --json key {key}"
 
@@ -67,11 +88,13 @@ def test_plan_json(env):
 
 
 def _bash_complete(env, words):
-    script = ("source <(hpc-launch completion bash)\n"
-              "complete -p hpc-launch\n"
-              f"COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}\n"
-              "_hpc_launch_completion hpc-launch\n"
-              "printf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    script = (
+        "source <(hpc-launch completion bash)\n"
+        "complete -p hpc-launch\n"
+        f"COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}\n"
+        "_hpc_launch_completion hpc-launch\n"
+        "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
+    )
     r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     first, *rest = r.stdout.splitlines()
@@ -86,18 +109,31 @@ def test_bash_completion_knows_commands_clusters_and_job_ids(env):
     assert "--follow" in _bash_complete(env, ["hpc-launch", "logs", "--fo"])
 
 
-@pytest.mark.parametrize("shell, extra", [
-    ("zsh", {"_HPC_LAUNCH_COMPLETE": "complete_zsh"}),
-    ("fish", {"_HPC_LAUNCH_COMPLETE": "complete_fish", "_TYPER_COMPLETE_FISH_ACTION": "get-args"}),
-])
+@pytest.mark.parametrize(
+    "shell, extra",
+    [
+        ("zsh", {"_HPC_LAUNCH_COMPLETE": "complete_zsh"}),
+        ("fish", {"_HPC_LAUNCH_COMPLETE": "complete_fish", "_TYPER_COMPLETE_FISH_ACTION": "get-args"}),
+    ],
+)
 def test_zsh_and_fish_scripts_and_their_callbacks(env, shell, extra):
     script = _run(env, "completion", shell).stdout
     assert "_HPC_LAUNCH_COMPLETE=complete_" + shell in script
-    answer = subprocess.run(["hpc-launch"], env={**env, **extra, "_TYPER_COMPLETE_ARGS": "hpc-launch cancel 42"},
-                            capture_output=True, text=True, timeout=60).stdout
+    answer = subprocess.run(
+        ["hpc-launch"],
+        env={**env, **extra, "_TYPER_COMPLETE_ARGS": "hpc-launch cancel 42"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "4242" in answer
-    answer = subprocess.run(["hpc-launch"], env={**env, **extra, "_TYPER_COMPLETE_ARGS": "hpc-launch submit --cluster miy"},
-                            capture_output=True, text=True, timeout=60).stdout
+    answer = subprocess.run(
+        ["hpc-launch"],
+        env={**env, **extra, "_TYPER_COMPLETE_ARGS": "hpc-launch submit --cluster miy"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "miyabi" in answer
 
 

@@ -34,7 +34,9 @@ class StdinScheduler(Dialect):
 
 def test_a_script_on_stdin_reaches_the_scheduler_on_stdin_and_not_in_argv(tmp_path):
     lsf = StdinScheduler()
-    argv = lsf.submit_argv(".hpc-launch/train-1.sh", submit_flags=["-c", "cat > got.sh; echo 'Job <7> is submitted to queue <normal>.'"])
+    argv = lsf.submit_argv(
+        ".hpc-launch/train-1.sh", submit_flags=["-c", "cat > got.sh; echo 'Job <7> is submitted to queue <normal>.'"]
+    )
     assert ".hpc-launch/train-1.sh" not in argv
     job_id = run_submit(LocalTransport(), argv, str(tmp_path), lsf, script_text="#!/bin/bash\necho hi\n")
     assert job_id == "7"
@@ -61,7 +63,9 @@ def test_a_held_submission_names_its_predecessor_and_keeps_the_script_last(diale
 
 @pytest.mark.parametrize("cluster", ["abci", "abci2", "slurm", "thetagpu"])
 def test_each_chain_link_is_built_by_the_dialect_not_by_word_positions(cluster):
-    prepared = prepare(JobSpec(cluster=cluster, nodes=1, group="g", chain=3, workdir="/w", venv="/v", login="local"), cwd="/w")
+    prepared = prepare(
+        JobSpec(cluster=cluster, nodes=1, group="g", chain=3, workdir="/w", venv="/v", login="local"), cwd="/w"
+    )
     script = prepared.script
     link = script.link(3)
     assert link.script_name == script.script_name.replace(".sh", "-link3.sh")
@@ -77,8 +81,10 @@ def test_a_directive_key_is_the_dialects_own_rule():
     pbs, lsf = dialects.get("pbspro"), StdinScheduler()
     # PBS: `-W depend=` and `-W group_list=` are different directives; `-l walltime` replaces `-l walltime`
     assert pbs.directive_key("-W group_list=g") != pbs.directive_key("-W depend=afterany:1")
-    assert pbs.merge_directives(["-l walltime=1:00:00", "-l select=1"], ["-l walltime=2:00:00"]) == \
-        ["-l walltime=2:00:00", "-l select=1"]
+    assert pbs.merge_directives(["-l walltime=1:00:00", "-l select=1"], ["-l walltime=2:00:00"]) == [
+        "-l walltime=2:00:00",
+        "-l select=1",
+    ]
     # an LSF run limit `-W 10:00` is one key, whatever its value: the user's replaces the default
     assert lsf.merge_directives(["-W 10:00", "-n 4"], ["-W 20:00"]) == ["-W 20:00", "-n 4"]
 
@@ -93,4 +99,9 @@ def test_doctor_reads_each_schedulers_failure_wording_from_its_dialect():
                 re.compile(pattern)
                 assert pattern in cause.patterns
     assert doctor.diagnose("=>> PBS: job killed: walltime 65 exceeded limit 60\n").top.cause.key == "walltime"
-    assert doctor.diagnose("slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n").top.cause.key == "walltime"
+    assert (
+        doctor.diagnose(
+            "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n"
+        ).top.cause.key
+        == "walltime"
+    )

@@ -36,7 +36,10 @@ def first_id(text: str, pattern: str) -> str:
 
 
 def test_parse_submit_outputs():
-    assert dialects.get("slurm").parse_submit(read("slurm_sbatch_parsable.txt")) == read("slurm_sbatch_parsable.txt").strip().split(";")[0]
+    assert (
+        dialects.get("slurm").parse_submit(read("slurm_sbatch_parsable.txt"))
+        == read("slurm_sbatch_parsable.txt").strip().split(";")[0]
+    )
     plain = read("slurm_sbatch.txt")
     assert dialects.get("slurm").parse_submit(plain) == first_id(plain, r"Submitted batch job (\d+)")
     assert dialects.get("pbspro").parse_submit(read("pbswrap_qsub.txt")) == read("pbswrap_qsub.txt").strip()
@@ -47,11 +50,14 @@ def test_parse_submit_outputs():
     assert dialects.get("cobalt").parse_submit((COBALT / "qsub_with_warning.txt").read_text()) == "266815"
 
 
-@pytest.mark.parametrize("out,expected", [
-    ("1234.pbs1\n", "1234.pbs1"),  # ABCI 3.0 (docs)
-    ("2421495.opbs\n", "2421495.opbs"),  # Miyabi (user scripts)
-    ("349710.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov\n", "349710.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"),
-])
+@pytest.mark.parametrize(
+    "out,expected",
+    [
+        ("1234.pbs1\n", "1234.pbs1"),  # ABCI 3.0 (docs)
+        ("2421495.opbs\n", "2421495.opbs"),  # Miyabi (user scripts)
+        ("349710.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov\n", "349710.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"),
+    ],
+)
 def test_real_pbs_pro_job_ids_from_site_docs(out, expected):
     d = dialects.get("pbspro")
     assert d.parse_submit(out) == expected
@@ -80,13 +86,16 @@ def test_transient_errors_are_recognised_but_refusals_are_not():
 # ---- status output ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,state", [
-    ("slurm_squeue_running.txt", JobState.RUNNING),
-    ("slurm_squeue_pending.txt", JobState.QUEUED),
-    ("slurm_squeue_completed.txt", JobState.DONE),
-    ("slurm_squeue_failed.txt", JobState.FAILED),
-    ("slurm_squeue_cancelled.txt", JobState.CANCELLED),
-])
+@pytest.mark.parametrize(
+    "name,state",
+    [
+        ("slurm_squeue_running.txt", JobState.RUNNING),
+        ("slurm_squeue_pending.txt", JobState.QUEUED),
+        ("slurm_squeue_completed.txt", JobState.DONE),
+        ("slurm_squeue_failed.txt", JobState.FAILED),
+        ("slurm_squeue_cancelled.txt", JobState.CANCELLED),
+    ],
+)
 def test_slurm_squeue_states(name, state):
     text = read(name)
     job = text.split("|", 1)[0].strip()
@@ -113,12 +122,15 @@ def test_slurm_unknown_job_means_gone_not_error():
     assert dialects.get("slurm").parse_status(read("slurm_squeue_unknown.txt"), ["999999"]) == {}
 
 
-@pytest.mark.parametrize("name,active,state", [
-    ("pbswrap_qstat_f_running.txt", True, JobState.RUNNING),
-    ("pbswrap_qstat_f_queued.txt", True, None),
-    ("pbswrap_qstat_f_finished.txt", False, None),
-    ("pbswrap_qstat_f_deleted.txt", False, None),
-])
+@pytest.mark.parametrize(
+    "name,active,state",
+    [
+        ("pbswrap_qstat_f_running.txt", True, JobState.RUNNING),
+        ("pbswrap_qstat_f_queued.txt", True, None),
+        ("pbswrap_qstat_f_finished.txt", False, None),
+        ("pbswrap_qstat_f_deleted.txt", False, None),
+    ],
+)
 def test_pbs_wrapper_qstat_f(name, active, state):
     text = read(name)
     job = first_id(text, r"^Job Id:\s*(\S+)")
@@ -130,8 +142,11 @@ def test_pbs_wrapper_qstat_f(name, active, state):
 
 def test_pbs_pro_finished_job_with_exit_status():
     # real PBS Pro `qstat -f -x` (history) shape, from the OpenPBS qstat(1B) attribute names
-    text = ("Job Id: 1234.pbs1\n    Job_Name = train\n    job_state = F\n    Exit_status = 0\n\n"
-            "Job Id: 1235.pbs1\n    job_state = F\n    Exit_status = -29\n\nJob Id: 1236.pbs1\n    job_state = F\n    Exit_status = 271\n")
+    text = (
+        "Job Id: 1234.pbs1\n    Job_Name = train\n    job_state = F\n    Exit_status = 0\n\n"
+        "Job Id: 1235.pbs1\n    job_state = F\n    Exit_status = -29\n\nJob "
+        "Id: 1236.pbs1\n    job_state = F\n    Exit_status = 271\n"
+    )
     got = dialects.get("pbspro").parse_status(text, ["1234.pbs1", "1235.pbs1", "1236.pbs1"])
     assert got["1234.pbs1"].state == JobState.DONE
     assert got["1235.pbs1"].state == JobState.TIMEOUT
@@ -143,14 +158,24 @@ def test_pbs_query_falls_back_for_torque_wrappers():
     # again without it. Real PBS Pro with history off is in tests/test_pbspro_observed.py.
     d = dialects.get("pbspro")
     refused = CommandResult(2, read("pbswrap_qstat_x_unsupported.txt"), read("pbswrap_qstat_x_unsupported.stderr.txt"))
-    run = Replay().add(["qstat", "-f", "-x", "19", "21"], refused).add(
-        ["qstat", "-f", "19", "21"], CommandResult(0, read("pbswrap_qstat_f_running.txt") + read("pbswrap_qstat_f_finished.txt"), ""))
+    run = (
+        Replay()
+        .add(["qstat", "-f", "-x", "19", "21"], refused)
+        .add(
+            ["qstat", "-f", "19", "21"],
+            CommandResult(0, read("pbswrap_qstat_f_running.txt") + read("pbswrap_qstat_f_finished.txt"), ""),
+        )
+    )
     got = d.query(run, ["19", "21"])
     assert [c[:3] for c in run.calls] == [["qstat", "-f", "-x"], ["qstat", "-f", "19"]]
     assert got["19"].state == JobState.RUNNING and got["19"].active
     assert got["21"].ended and not got["21"].active  # `C` without an exit status: the exit-code file decides
     # a job the wrapper has forgotten: rc 153 and nothing said, which only means "gone"
-    gone = Replay().add(["qstat", "-f", "-x", "999999"], refused).add(["qstat", "-f", "999999"], CommandResult(153, read("pbswrap_qstat_unknown.txt"), ""))
+    gone = (
+        Replay()
+        .add(["qstat", "-f", "-x", "999999"], refused)
+        .add(["qstat", "-f", "999999"], CommandResult(153, read("pbswrap_qstat_unknown.txt"), ""))
+    )
     assert d.query(gone, ["999999"]) == {}
 
 
@@ -164,14 +189,25 @@ def test_grid_engine_qstat_table():
             assert got[job].state == expected, (job, word)
 
 
-@pytest.mark.parametrize("name,state,comment", [
-    ("sge_qacct_done.txt", JobState.DONE, ""),
-    ("sge_qacct_failed.txt", JobState.FAILED, ""),
-    # qdel of a running job and a kill for a limit look alike in qacct (failed 100, exit 137): the
-    # job's life (jobs.py) calls it cancelled only when a cancel was requested
-    ("sge_qacct_killed.txt", JobState.FAILED, "Grid Engine: failed 100: assumedly after job (killed by a signal: qdel or a resource limit)"),
-    ("sge_qacct_timeout.txt", JobState.TIMEOUT, "Grid Engine: failed 37: qmaster enforced h_rt, h_cpu, or h_vmem limit"),
-])
+@pytest.mark.parametrize(
+    "name,state,comment",
+    [
+        ("sge_qacct_done.txt", JobState.DONE, ""),
+        ("sge_qacct_failed.txt", JobState.FAILED, ""),
+        # qdel of a running job and a kill for a limit look alike in qacct (failed 100, exit 137): the
+        # job's life (jobs.py) calls it cancelled only when a cancel was requested
+        (
+            "sge_qacct_killed.txt",
+            JobState.FAILED,
+            "Grid Engine: failed 100: assumedly after job (killed by a signal: qdel or a resource limit)",
+        ),
+        (
+            "sge_qacct_timeout.txt",
+            JobState.TIMEOUT,
+            "Grid Engine: failed 37: qmaster enforced h_rt, h_cpu, or h_vmem limit",
+        ),
+    ],
+)
 def test_grid_engine_accounting(name, state, comment):
     path = SCHED / name
     if not path.exists():
@@ -183,18 +219,27 @@ def test_grid_engine_accounting(name, state, comment):
 
 
 def test_grid_engine_accounting_without_a_record():
-    run = Replay().add(["qacct", "-j", "999999"], CommandResult(1, read("sge_qacct_unknown.txt"), read("sge_qacct_unknown.stderr.txt")))
+    run = Replay().add(
+        ["qacct", "-j", "999999"], CommandResult(1, read("sge_qacct_unknown.txt"), read("sge_qacct_unknown.stderr.txt"))
+    )
     assert dialects.get("gridengine").accounting(run, "999999") is None
 
 
-@pytest.mark.parametrize("category, wallclock, state", [
-    ("-l h_rt=5", "6s", JobState.TIMEOUT),
-    ("-l h_vmem=1G", "3s", JobState.FAILED),  # 37 is also the h_vmem/h_cpu kill: not a timeout
-    ("-l h_rt=600,h_vmem=1G", "12", JobState.FAILED),  # well within h_rt: the memory limit
-    ("-l h_rt=0:10:00,h_vmem=1G", "600.2", JobState.TIMEOUT),
-])
+@pytest.mark.parametrize(
+    "category, wallclock, state",
+    [
+        ("-l h_rt=5", "6s", JobState.TIMEOUT),
+        ("-l h_vmem=1G", "3s", JobState.FAILED),  # 37 is also the h_vmem/h_cpu kill: not a timeout
+        ("-l h_rt=600,h_vmem=1G", "12", JobState.FAILED),  # well within h_rt: the memory limit
+        ("-l h_rt=0:10:00,h_vmem=1G", "600.2", JobState.TIMEOUT),
+    ],
+)
 def test_grid_engine_limit_kill_is_timeout_only_for_h_rt(category, wallclock, state):
-    text = read("sge_qacct_timeout.txt").replace("category     -l h_rt=5", f"category     {category}").replace("ru_wallclock 6s", f"ru_wallclock {wallclock}")
+    text = (
+        read("sge_qacct_timeout.txt")
+        .replace("category     -l h_rt=5", f"category     {category}")
+        .replace("ru_wallclock 6s", f"ru_wallclock {wallclock}")
+    )
     assert GridEngine.parse_accounting(text).state == state
 
 
@@ -209,27 +254,43 @@ def test_grid_engine_status_is_one_xml_query():
     d = dialects.get("gridengine")
     assert d.status_argv(["11", "12"]) == ["qstat", "-xml"]
     got = d.parse_status(read("sge_qstat_xml.txt"), ["11", "12", "13", "99"])
-    assert {j: i.state for j, i in got.items()} == {"11": JobState.RUNNING, "12": JobState.QUEUED, "13": JobState.QUEUED}
+    assert {j: i.state for j, i in got.items()} == {
+        "11": JobState.RUNNING,
+        "12": JobState.QUEUED,
+        "13": JobState.QUEUED,
+    }
     # the table it replaces says the same
-    assert {j: i.state for j, i in d.parse_status(read("sge_qstat.txt"), ["11", "12", "13"]).items()} == {j: i.state for j, i in got.items()}
+    assert {j: i.state for j, i in d.parse_status(read("sge_qstat.txt"), ["11", "12", "13"]).items()} == {
+        j: i.state for j, i in got.items()
+    }
     assert d.parse_status(read("sge_qstat_empty.txt"), ["11"]) == {}
 
 
 def test_grid_engine_array_tasks_are_one_job():
-    table = ("job-ID  prior   name       user         state submit/start at     queue                          slots ja-task-ID\n"
-             "-----------------------------------------------------------------------------------------------------------------\n"
-             "     42 0.50000 arr        root         r     11/23/2026 00:43:31 all.q@vm                           1 1\n"
-             "     42 0.00000 arr        root         qw    11/23/2026 00:43:30                                    1 2-4:1\n")
+    table = (
+        "job-ID  prior   name       user         state submit/start "
+        "at     queue                          slots ja-task-ID\n"
+        "-----------------------------------------------------------------------------------------------------------------\n"
+        "     42 0.50000 arr        root         r     11/23/2026 00:43:31 all.q@vm                           1 1\n"
+        "     42 0.00000 arr        root         qw    11/23/2026 00:43:30                                    1 2-4:1\n"
+    )
     info = dialects.get("gridengine").parse_status(table, ["42"])["42"]
     assert info.state == JobState.RUNNING
 
 
-@pytest.mark.parametrize("dialect, out", [
-    ("slurm", "5|WEIRD_NEW_STATE|None\n"),
-    ("gridengine", "<job_info><job_list><JB_job_number>5</JB_job_number><state>x</state></job_list></job_info>"),
-    ("gridengine", "job-ID  prior   name       user         state submit/start at\n------\n      5 0.5 n u Xq 11/23/2026 00:43:31\n"),
-    ("cobalt", "JobID   State\n=====\n5   teleporting\n"),
-])
+@pytest.mark.parametrize(
+    "dialect, out",
+    [
+        ("slurm", "5|WEIRD_NEW_STATE|None\n"),
+        ("gridengine", "<job_info><job_list><JB_job_number>5</JB_job_number><state>x</state></job_list></job_info>"),
+        (
+            "gridengine",
+            "job-ID  prior   name       user         state submit/start "
+            "at\n------\n      5 0.5 n u Xq 11/23/2026 00:43:31\n",
+        ),
+        ("cobalt", "JobID   State\n=====\n5   teleporting\n"),
+    ],
+)
 def test_an_unknown_word_never_ends_an_active_job(dialect, out):
     info = dialects.get(dialect).parse_status(out, ["5"])["5"]
     assert info.state == JobState.UNKNOWN and info.active and not info.ended
@@ -243,24 +304,35 @@ def test_slurm_reason_is_the_comment():
     assert held.comment == "ReqNodeNotAvail, UnavailableNodes:pod3" and not held.never_runs
 
 
-@pytest.mark.parametrize("reason, never", [
-    ("DependencyNeverSatisfied", True),
-    ("QOSMaxWallDurationPerJobLimit", True),
-    ("AssocMaxNodesPerJobLimit", True),
-    ("QOSMaxJobsPerUserLimit", False),  # a count of running jobs: it starts once others end
-    ("Priority", False),
-    ("Dependency", False),
-])
+@pytest.mark.parametrize(
+    "reason, never",
+    [
+        ("DependencyNeverSatisfied", True),
+        ("QOSMaxWallDurationPerJobLimit", True),
+        ("AssocMaxNodesPerJobLimit", True),
+        ("QOSMaxJobsPerUserLimit", False),  # a count of running jobs: it starts once others end
+        ("Priority", False),
+        ("Dependency", False),
+    ],
+)
 def test_slurm_reasons_that_never_start(reason, never):
     info = dialects.get("slurm").parse_status(f"7|PENDING|{reason}\n", ["7"])["7"]
     assert info.never_runs is never and info.active and reason in info.comment
 
 
-@pytest.mark.parametrize("word, state", [
-    ("OUT_OF_MEMORY", JobState.FAILED), ("OOM", JobState.FAILED), ("PREEMPTED", JobState.QUEUED),
-    ("SPECIAL_EXIT", JobState.QUEUED), ("REVOKED", JobState.QUEUED), ("DEADLINE", JobState.TIMEOUT),
-    ("CANCELLED+", JobState.CANCELLED), ("CANCELLED by 1001", JobState.CANCELLED),
-])
+@pytest.mark.parametrize(
+    "word, state",
+    [
+        ("OUT_OF_MEMORY", JobState.FAILED),
+        ("OOM", JobState.FAILED),
+        ("PREEMPTED", JobState.QUEUED),
+        ("SPECIAL_EXIT", JobState.QUEUED),
+        ("REVOKED", JobState.QUEUED),
+        ("DEADLINE", JobState.TIMEOUT),
+        ("CANCELLED+", JobState.CANCELLED),
+        ("CANCELLED by 1001", JobState.CANCELLED),
+    ],
+)
 def test_slurm_words_that_need_a_second_look(word, state):
     info = dialects.get("slurm").parse_status(f"7|{word}|None\n", ["7"])["7"]
     assert info.state == state
@@ -292,7 +364,9 @@ def test_cobalt_long_form_and_dep_fail():
     got = dialects.get("cobalt").parse_status(out, ["266815", "266816"])
     assert got["266815"].state == JobState.RUNNING
     assert got["266816"].never_runs and got["266816"].active  # stays queued until deleted
-    assert "user_hold" == dialects.get("cobalt").parse_status((COBALT / "qstat.txt").read_text(), ["266817"])["266817"].raw
+    assert (
+        "user_hold" == dialects.get("cobalt").parse_status((COBALT / "qstat.txt").read_text(), ["266817"])["266817"].raw
+    )
 
 
 def test_node_list_variables_live_on_the_dialects():
@@ -323,12 +397,15 @@ def test_no_scheduler_status_ignores_reused_pids():
     assert list(got) == ["101"] and got["101"].state == JobState.RUNNING
 
 
-@pytest.mark.parametrize("dialect, rc, out, err, sent, already", [
-    ("slurm", 0, read("slurm_scancel.txt"), "", True, False),  # recorded without -v: nothing said, taken
-    ("slurm", 0, "", "scancel: error: Kill job error on job id 5: Access/permission denied\n", False, False),
-    ("gridengine", 1, read("sge_qdel_unknown.txt"), "", False, True),
-    ("gridengine", 0, read("sge_qdel.txt"), "", True, False),
-])
+@pytest.mark.parametrize(
+    "dialect, rc, out, err, sent, already",
+    [
+        ("slurm", 0, read("slurm_scancel.txt"), "", True, False),  # recorded without -v: nothing said, taken
+        ("slurm", 0, "", "scancel: error: Kill job error on job id 5: Access/permission denied\n", False, False),
+        ("gridengine", 1, read("sge_qdel_unknown.txt"), "", False, True),
+        ("gridengine", 0, read("sge_qdel.txt"), "", True, False),
+    ],
+)
 def test_cancel_outcomes_recorded(dialect, rc, out, err, sent, already):
     outcome = dialects.get(dialect).parse_cancel(rc, out, err)
     assert (outcome.sent, outcome.already_ended) == (sent, already)
@@ -336,7 +413,10 @@ def test_cancel_outcomes_recorded(dialect, rc, out, err, sent, already):
 
 def test_slurm_query_of_a_forgotten_job_is_empty():
     d = dialects.get("slurm")
-    run = Replay().add(d.status_argv(["999999"]), CommandResult(1, read("slurm_squeue_unknown.txt"), read("slurm_squeue_unknown.stderr.txt")))
+    run = Replay().add(
+        d.status_argv(["999999"]),
+        CommandResult(1, read("slurm_squeue_unknown.txt"), read("slurm_squeue_unknown.stderr.txt")),
+    )
     assert d.query(run, ["999999"]) == {}
 
 
@@ -346,7 +426,10 @@ def test_slurm_query_of_a_forgotten_job_is_empty():
 def _testbed_run(sge: bool = False):
     from hpc_launch.transport import LocalTransport
 
-    env = {"SGE_ROOT": os.environ.get("SGE_ROOT", "/var/lib/gridengine"), "SGE_CELL": os.environ.get("SGE_CELL", "default")}
+    env = {
+        "SGE_ROOT": os.environ.get("SGE_ROOT", "/var/lib/gridengine"),
+        "SGE_CELL": os.environ.get("SGE_CELL", "default"),
+    }
     if sge:
         sge_bin = os.environ.get("HPC_TESTBED_SGE_BIN", "/opt/hpc-testbed/sge/bin")
         env["PATH"] = f"{sge_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
@@ -357,7 +440,9 @@ def _testbed_run(sge: bool = False):
 def _workdir() -> str:
     base = Path(os.environ.get("HPC_TESTBED_DIR", "/tmp/hpc-testbed")) / "work"
     assert base.is_dir(), "the testbed is not up: testbed/install.sh && testbed/up.sh"
-    return subprocess.run(["mktemp", "-d", f"{base}/dialects.XXXXXX"], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["mktemp", "-d", f"{base}/dialects.XXXXXX"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _wait(what, fn, timeout=90):

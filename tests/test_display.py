@@ -47,7 +47,7 @@ def test_the_main_jobs_log_is_shown_without_the_frameworks_chatter():
 
 def test_lines_split_across_reads_are_judged_whole():
     f = LogFilter()
-    out = "".join(f.feed(MAIN_JOB[i:i + 7]) for i in range(0, len(MAIN_JOB), 7)) + f.flush()
+    out = "".join(f.feed(MAIN_JOB[i : i + 7]) for i in range(0, len(MAIN_JOB), 7)) + f.flush()
     g = LogFilter()
     assert out == g.feed(MAIN_JOB) + g.flush()
 
@@ -58,22 +58,27 @@ def test_show_all_shows_everything():
 
 
 def test_errors_and_tracebacks_are_never_hidden():
-    text = ("[2026-11-23 00:03:48,077] [ERROR] [engine.py:12:step] something broke\n"
-            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
-            "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 64 != 32 * 1 * 1\n"
-            "my own print from the user's script\n")
+    text = (
+        "[2026-11-23 00:03:48,077] [ERROR] [engine.py:12:step] something broke\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+        "gradient_acc_step * world_size 64 != 32 * 1 * 1\n"
+        "my own print from the user's script\n"
+    )
     f = LogFilter()
     assert f.feed(text) == text
 
 
 def test_op_builds_become_a_progress_note():
     f = LogFilter()
-    shown = f.feed("Using /root/.cache/torch_extensions/py311_cpu as PyTorch extensions root...\n"
-                   "Emitting ninja build file /root/.cache/torch_extensions/py311_cpu/cpu_adam/build.ninja...\n"
-                   "Building extension module cpu_adam...\n"
-                   "[1/3] c++ -MMD -MF cpu_adam.o.d -DTORCH_EXTENSION_NAME=cpu_adam -c cpu_adam.cpp -o cpu_adam.o\n"
-                   "Loading extension module cpu_adam...\n"
-                   "Time to load cpu_adam op: 31.4 seconds\n")
+    shown = f.feed(
+        "Using /root/.cache/torch_extensions/py311_cpu as PyTorch extensions root...\n"
+        "Emitting ninja build file /root/.cache/torch_extensions/py311_cpu/cpu_adam/build.ninja...\n"
+        "Building extension module cpu_adam...\n"
+        "[1/3] c++ -MMD -MF cpu_adam.o.d -DTORCH_EXTENSION_NAME=cpu_adam -c cpu_adam.cpp -o cpu_adam.o\n"
+        "Loading extension module cpu_adam...\n"
+        "Time to load cpu_adam op: 31.4 seconds\n"
+    )
     assert shown == "" and f.note and "building its ops" in f.note
     f.feed("[hpc-train] step=10 loss=1.0\n")
     assert f.note is None
@@ -98,21 +103,31 @@ def test_summary_figures_are_the_logs_own():
 
 
 def test_summary_splits_the_time_into_queue_start_up_and_training():
-    log = ("[hpc-launch] job 7 on n1 at 2026-11-23T00:00:10+0000, 1 node(s) x 2 rank(s), script t.sh\n"
-           "[hpc-train] step=5 loss=1.0 avg_samples_per_sec=10.0 mem_peak_gb=1.5\n"
-           "training finished: steps=5 wall_s=30.0 ended_at=1795392070\n")
+    log = (
+        "[hpc-launch] job 7 on n1 at 2026-11-23T00:00:10+0000, 1 node(s) x 2 rank(s), script t.sh\n"
+        "[hpc-train] step=5 loss=1.0 avg_samples_per_sec=10.0 mem_peak_gb=1.5\n"
+        "training finished: steps=5 wall_s=30.0 ended_at=1795392070\n"
+    )
     # job start 00:00:10 UTC = 1795392010; training ended 60 s later after 30 s of training
     s = summarise(log, state="done", exit_code=0, log_path="l", submit_time=1795392000.0, end_time=1795392075.0)
     assert s.queued_s == 10.0 and s.startup_s == 30.0 and s.training_s == 30.0 and s.total_s == 75.0
-    assert "queued 10.0 s, start-up 30.0 s (launcher, framework init, op builds), training 30.0 s" in format_summary(s, "7")
+    assert "queued 10.0 s, start-up 30.0 s (launcher, framework init, op builds), training 30.0 s" in format_summary(
+        s, "7"
+    )
 
 
 @pytest.mark.train
 def test_the_main_job_shows_a_clean_terminal_and_a_summary_while_the_log_keeps_everything(hpc_launch_bin, tmp_path):
     """The README's main job for real: what the terminal got vs. what the log file holds."""
     env = dict(os.environ, HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"))
-    r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "local", "--nodes", "1", "--follow"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [hpc_launch_bin, "submit", "--cluster", "local", "--nodes", "1", "--follow"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     job_id = r.stdout.splitlines()[0].strip()
     log = (tmp_path / f"train.o{job_id}").read_text()
@@ -124,14 +139,18 @@ def test_the_main_job_shows_a_clean_terminal_and_a_summary_while_the_log_keeps_e
     last = parse_line(shown_metrics[-1])
     assert f"{int(last['step'])} steps, final loss {last['loss']:.4f}" in r.stderr
     assert f"job {job_id}: done, exit code 0" in r.stderr and "start-up" in r.stderr
-    summary = subprocess.run([hpc_launch_bin, "logs", job_id, "--summary"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    summary = subprocess.run(
+        [hpc_launch_bin, "logs", job_id, "--summary"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert f"final loss {last['loss']:.4f}" in summary.stdout
 
 
 def test_the_entrypoints_start_up_stamps_stay_in_the_log():
     # as the entrypoint prints them (README's main job, 2026-11-23); bench/bench_launch.py reads them from the log
-    stamps = ("[hpc-train] start-up: process=1795434486.610 imported=1795434490.778 process_group=1795434543.482 "
-              "deepspeed=1795434546.988 first_step=1795434547.015\n")
+    stamps = (
+        "[hpc-train] start-up: process=1795434486.610 imported=1795434490.778 process_group=1795434543.482 "
+        "deepspeed=1795434546.988 first_step=1795434547.015\n"
+    )
     node = "[hpc-train] node vm: rank 0 of 2, pid 9147\n"
     f = LogFilter()
     assert f.feed(node + stamps) == node and f.hidden == 1

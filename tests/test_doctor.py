@@ -26,17 +26,57 @@ def _never_runs_comment() -> str:
 
 # (fixture or text, cause key, facts, a piece of the evidence line, the line number or None)
 CASES = [
-    ("watchdog-hang-sigstop.log", "hang", {"exit_code": 124, "state": "failed"}, "hang: rank 1 on vm stopped: no heartbeat for", 56),
-    ("preflight-rank-twice.log", "preflight", {"exit_code": 78, "state": "failed"},
-     "preflight failed: vm: a rank started twice: rank 0 on vm and again on vm", 4),
-    ("preflight-rank-twice-other.log", "preflight", {"exit_code": 78, "state": "failed"}, "rank 0 was started twice (again on vm)", 3),
-    ("slurm-task-launch-failed.log", "node_failure", {"exit_code": 1, "state": "failed"},
-     "srun: error: Task launch for StepId=15.0 failed on node pod3: Communication connection failure", None),
-    ("hpc-launch-nodes.log", "hpc_launch_nodes", {"exit_code": 3}, "node list has 1 distinct host(s) but the job asked for 2", 2),
+    (
+        "watchdog-hang-sigstop.log",
+        "hang",
+        {"exit_code": 124, "state": "failed"},
+        "hang: rank 1 on vm stopped: no heartbeat for",
+        56,
+    ),
+    (
+        "preflight-rank-twice.log",
+        "preflight",
+        {"exit_code": 78, "state": "failed"},
+        "preflight failed: vm: a rank started twice: rank 0 on vm and again on vm",
+        4,
+    ),
+    (
+        "preflight-rank-twice-other.log",
+        "preflight",
+        {"exit_code": 78, "state": "failed"},
+        "rank 0 was started twice (again on vm)",
+        3,
+    ),
+    (
+        "slurm-task-launch-failed.log",
+        "node_failure",
+        {"exit_code": 1, "state": "failed"},
+        "srun: error: Task launch for StepId=15.0 failed on node pod3: Communication connection failure",
+        None,
+    ),
+    (
+        "hpc-launch-nodes.log",
+        "hpc_launch_nodes",
+        {"exit_code": 3},
+        "node list has 1 distinct host(s) but the job asked for 2",
+        2,
+    ),
     ("hpc-launch-net-if.log", "hpc_launch_net_if", {"exit_code": 3}, "network interface ib0 (profile key net_if)", 4),
-    ("hpc-launch-not-installed.log", "hpc_launch_not_installed", {"exit_code": 3}, "is not installed in the job's Python environment", 5),
+    (
+        "hpc-launch-not-installed.log",
+        "hpc_launch_not_installed",
+        {"exit_code": 3},
+        "is not installed in the job's Python environment",
+        5,
+    ),
     ("hpc-launch-pass-env-gone.log", "hpc_launch_error", {"exit_code": 1}, "--pass-env FOO cannot be set", 1),
-    ("deepspeed-batch-assertion.log", "batch_size", {"exit_code": 1}, "AssertionError: Check batch related parameters", 16),
+    (
+        "deepspeed-batch-assertion.log",
+        "batch_size",
+        {"exit_code": 1},
+        "AssertionError: Check batch related parameters",
+        16,
+    ),
     ("train-batch-mismatch.log", "batch_size", {"exit_code": 2}, "global batch 100 != micro-batch 8", None),
     ("train-batch-not-multiple.log", "batch_size", {"exit_code": 2}, "is not a multiple of micro-batch 8", None),
     ("deepspeed-hostfile-bad-entry.log", "hostfile", {}, "ValueError: Hostfile contains a bad entry: pod2:2", 14),
@@ -58,26 +98,51 @@ CASES = [
     ("torch-buildext-no-compiler.log", "jit_no_compiler", {}, "No such file or directory: 'g++'", None),
     ("setuptools-no-compiler.log", "jit_no_compiler", {}, "error: command 'x86_64-linux-gnu-gcc' failed", 1),
     ("torch-jit-compile-error.log", "jit_build", {}, "Error building extension 'bad_op'", None),
-    ("cuda-out-of-memory.log", "cuda_oom", {}, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 4),
+    (
+        "cuda-out-of-memory.log",
+        "cuda_oom",
+        {},
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        4,
+    ),
     ("slurm-oom-kill-22.05.log", "host_oom", {}, "Detected 1 oom-kill event(s)", 2),
     ("slurm-oom-kill-23.02.log", "host_oom", {}, "Detected 2 oom_kill events", 1),
     ("kernel-oom-kill.log", "host_oom", {}, "Out of memory: Killed process 1613604 (python)", 1),
     ("torch-cpu-allocator.log", "host_oom", {}, "DefaultCPUAllocator: can't allocate memory", 3),
     ("bash-killed.log", "host_oom", {"exit_code": 137, "state": "failed"}, "Killed", 1),
-    ("deepspeed-rank-sigkill.log", "host_oom", {"exit_code": 247, "state": "failed"}, "exits with return code = -9", None),
+    (
+        "deepspeed-rank-sigkill.log",
+        "host_oom",
+        {"exit_code": 247, "state": "failed"},
+        "exits with return code = -9",
+        None,
+    ),
     ("pbs-routing-rejected.log", "queue_limit", {}, "Job rejected by all possible destinations", 1),
     ("slurm-qos-maxwall.log", "queue_limit", {}, "sbatch: error: QOSMaxWallDurationPerJobLimit", 1),
     ("slurm-sbatch-node-config.log", "queue_limit", {}, "Requested node configuration is not available", 2),
     ("slurm-sbatch-time-limit.log", "queue_limit", {}, "Requested time limit is invalid", 1),
     ("gloo-wrong-interface.log", "wrong_interface", {}, "Gloo connectFullMesh failed", None),
-    ("torch-store-timeout.log", "rendezvous", {}, "DistNetworkError: The client socket has timed out after 5000ms", None),
+    (
+        "torch-store-timeout.log",
+        "rendezvous",
+        {},
+        "DistNetworkError: The client socket has timed out after 5000ms",
+        None,
+    ),
     ("torch-store-no-route.log", "rendezvous", {}, "(10.200.0.99, 29517)", None),
     ("torch-connect-timed-out.log", "rendezvous", {}, "RuntimeError: connect() timed out.", 3),
     ("gloo-collective-timeout.log", "collective_timeout", {}, "Timed out waiting 3000ms for recv operation", None),
     ("nccl-watchdog-timeout.log", "collective_timeout", {}, "Watchdog caught collective operation timeout", 1),
     ("slurm-time-limit.log", "walltime", {"state": "timeout"}, "CANCELLED AT 2026-11-23T00:46:20 DUE TO TIME LIMIT", 2),
-    # a chain link that stopped itself (exit 75) is not "killed by the scheduler", though Slurm says CANCELLED for its step
-    ("hpc-train-stopped-for-time.log", "stopped_for_time", {"exit_code": 75, "state": "timeout"}, "stopped for time at step 80 of 900", 28),
+    # a chain link that stopped itself (exit 75) is not "killed by the scheduler", though Slurm says CANCELLED
+    # for its step
+    (
+        "hpc-train-stopped-for-time.log",
+        "stopped_for_time",
+        {"exit_code": 75, "state": "timeout"},
+        "stopped for time at step 80 of 900",
+        28,
+    ),
 ]
 
 
@@ -129,7 +194,9 @@ def test_pbs_memory_limit_from_the_recorded_job_stderr():
 
 def test_pbs_queue_limit_from_the_recorded_qsub_refusal():
     d = diagnose(load("012").err)
-    assert d.top.cause.key == "queue_limit" and "qsub: Job violates queue and/or server resource limits" in d.top.evidence
+    assert (
+        d.top.cause.key == "queue_limit" and "qsub: Job violates queue and/or server resource limits" in d.top.evidence
+    )
     assert "--walltime" in d.top.fix and "--queue" in d.top.fix
 
 
@@ -219,7 +286,10 @@ def test_an_unknown_failure_says_so_and_points_at_the_last_error_lines():
     assert not d.found
     lines = report_lines(d)
     assert lines[0].startswith("cause: not recognised")
-    assert "evidence: line 5: FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train/n01440764/missing.JPEG'" in lines
+    assert (
+        "evidence: line 5: FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/data/imagenet/train/n01440764/missing.JPEG'" in lines
+    )
     assert "evidence: line 3: Traceback (most recent call last):" in lines
     assert not any("step=10" in line for line in lines)
     assert summary_lines(d)[0].startswith("cause     not recognised")
@@ -234,8 +304,13 @@ def test_doctor_is_light_and_fast():
     import subprocess
     import sys
 
-    code = "import sys, hpc_launch.doctor; print(sorted(m for m in ('torch', 'deepspeed', 'typer', 'rich') if m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    code = (
+        "import sys, hpc_launch.doctor; print(sorted(m for m in "
+        "('torch', 'deepspeed', 'typer', 'rich') if m in sys.modules))"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )
     big = ("[hpc-train] step=1 loss=1.0 samples_per_sec=100\n" * 200_000) + _log("deepspeed-batch-assertion.log")
     start = time.perf_counter()
     assert diagnose(big, exit_code=1, state="failed").top.cause.key == "batch_size"
@@ -274,28 +349,56 @@ def test_the_command_on_a_recorded_job(tmp_path, capsys):
 
     log = tmp_path / "novenv.o27217"
     log.write_bytes((DOCTOR / "hpc-launch-not-installed.log").read_bytes())
-    JobStore().add(JobRecord(
-        job_id="27217", cluster="local", dialect="none", host="localhost", name="novenv", workdir=str(tmp_path),
-        script_path=str(tmp_path / ".hpc-launch" / "novenv-20261123-004536-393.sh"),  # the name the log's first line gives
-        log_path=str(log), exit_path=str(log) + ".exitcode", submit_time=time.time() - 60, state="failed", exit_code=3,
-        end_time=time.time()))
+    JobStore().add(
+        JobRecord(
+            job_id="27217",
+            cluster="local",
+            dialect="none",
+            host="localhost",
+            name="novenv",
+            workdir=str(tmp_path),
+            script_path=str(
+                tmp_path / ".hpc-launch" / "novenv-20261123-004536-393.sh"
+            ),  # the name the log's first line gives
+            log_path=str(log),
+            exit_path=str(log) + ".exitcode",
+            submit_time=time.time() - 60,
+            state="failed",
+            exit_code=3,
+            end_time=time.time(),
+        )
+    )
     rc, out, err = _doctor(capsys, "27217")
     assert rc == 0 and err == ""
     assert out.splitlines() == [
-        "cause: hpc-launch is not installed in the job's Python environment (/tmp/dcap/emptyvenv/bin/python), which runs the training entrypoint",
-        "fix: pass --venv DIR of a virtualenv that has it (pip install 'hpc-launch[train]' there), or set the profile's python.venv",
-        "evidence: line 5: [hpc-launch] error: hpc-launch is not installed in the job's Python environment (/tmp/dcap/emptyvenv/bin/python): "
-        "pip install 'hpc-launch[train]' there, or pass --venv",
+        "cause: hpc-launch is not installed in the job's Python environment "
+        "(/tmp/dcap/emptyvenv/bin/python), which runs the training entrypoint",
+        "fix: pass --venv DIR of a virtualenv that has it (pip install "
+        "'hpc-launch[train]' there), or set the profile's python.venv",
+        "evidence: line 5: [hpc-launch] error: hpc-launch is not installed in the job's Python environment "
+        "(/tmp/dcap/emptyvenv/bin/python): pip install 'hpc-launch[train]' there, or pass --venv",
     ]
 
 
 def test_the_command_on_a_job_that_never_wrote_a_log_uses_the_scheduler_comment(tmp_path, capsys):
     from hpc_launch.records import JobRecord, JobStore
 
-    JobStore().add(JobRecord(
-        job_id="65.pbshead", cluster="abci", dialect="pbspro", host="localhost", name="train", workdir=str(tmp_path),
-        script_path=str(tmp_path / "train.sh"), log_path=str(tmp_path / "train.o65"), exit_path=str(tmp_path / "train.o65.exitcode"),
-        submit_time=time.time(), state="failed", comment=_never_runs_comment()))
+    JobStore().add(
+        JobRecord(
+            job_id="65.pbshead",
+            cluster="abci",
+            dialect="pbspro",
+            host="localhost",
+            name="train",
+            workdir=str(tmp_path),
+            script_path=str(tmp_path / "train.sh"),
+            log_path=str(tmp_path / "train.o65"),
+            exit_path=str(tmp_path / "train.o65.exitcode"),
+            submit_time=time.time(),
+            state="failed",
+            comment=_never_runs_comment(),
+        )
+    )
     rc, out, _ = _doctor(capsys, "65")
     assert rc == 0 and out.splitlines()[0].startswith("cause: the scheduler will not run the job as asked")
 

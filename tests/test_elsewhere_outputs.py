@@ -43,26 +43,32 @@ def ds_parse():
 # ---- sbatch answers: every real form gives the id, garbage never does ---------------------------
 
 
-@pytest.mark.parametrize("name, job_id", [
-    ("slurm_faq_sbatch.txt", "65541"),
-    ("dask_jobqueue_sbatch_prefixed.txt", "654321"),
-    ("dask_jobqueue_sbatch_parsable_cluster.txt", "654321"),
-    ("slurm_sbatch_c_multicluster.txt", "654321"),
-    ("submitit_sbatch.txt", "5610208"),
-])
+@pytest.mark.parametrize(
+    "name, job_id",
+    [
+        ("slurm_faq_sbatch.txt", "65541"),
+        ("dask_jobqueue_sbatch_prefixed.txt", "654321"),
+        ("dask_jobqueue_sbatch_parsable_cluster.txt", "654321"),
+        ("slurm_sbatch_c_multicluster.txt", "654321"),
+        ("submitit_sbatch.txt", "5610208"),
+    ],
+)
 def test_sbatch_answers(name, job_id):
     assert SLURM.parse_submit(read(name)) == job_id
 
 
-@pytest.mark.parametrize("garbage", [
-    "sbatch: error: Batch job submission failed: Invalid account 12345\n",
-    "Submitted batch job\n",
-    "Submitted batch job 12345 on cluster\n",
-    "Submitted batch job 12x\n",
-    "12345 jobs in queue\n",
-    "sbatch: Submitted batch job 12345 extra\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "sbatch: error: Batch job submission failed: Invalid account 12345\n",
+        "Submitted batch job\n",
+        "Submitted batch job 12345 on cluster\n",
+        "Submitted batch job 12x\n",
+        "12345 jobs in queue\n",
+        "sbatch: Submitted batch job 12345 extra\n",
+        "",
+    ],
+)
 def test_sbatch_garbage_is_never_an_id(garbage):
     with pytest.raises(SchedulerError, match="could not find the job id"):
         SLURM.parse_submit(garbage)
@@ -87,14 +93,17 @@ def test_torchx_sacct_with_a_header_in_another_order():
     assert info.state == JobState.RUNNING and info.exit_code == 0
 
 
-@pytest.mark.parametrize("name, job_id, state, code, comment", [
-    ("testbed_slurm_sacct_done.txt", "82", JobState.DONE, 0, ""),
-    ("testbed_slurm_sacct_failed.txt", "83", JobState.FAILED, 3, ""),
-    ("testbed_slurm_sacct_cancelled_running.txt", "84", JobState.CANCELLED, 0, "cancelled by uid 0"),
-    ("testbed_slurm_sacct_timeout.txt", "85", JobState.TIMEOUT, 0, ""),
-    ("testbed_slurm_sacct_cancelled_held.txt", "86", JobState.CANCELLED, 0, "cancelled by uid 0"),
-    ("testbed_slurm_sacct_killed.txt", "87", JobState.FAILED, 137, ""),  # ExitCode 0:9
-])
+@pytest.mark.parametrize(
+    "name, job_id, state, code, comment",
+    [
+        ("testbed_slurm_sacct_done.txt", "82", JobState.DONE, 0, ""),
+        ("testbed_slurm_sacct_failed.txt", "83", JobState.FAILED, 3, ""),
+        ("testbed_slurm_sacct_cancelled_running.txt", "84", JobState.CANCELLED, 0, "cancelled by uid 0"),
+        ("testbed_slurm_sacct_timeout.txt", "85", JobState.TIMEOUT, 0, ""),
+        ("testbed_slurm_sacct_cancelled_held.txt", "86", JobState.CANCELLED, 0, "cancelled by uid 0"),
+        ("testbed_slurm_sacct_killed.txt", "87", JobState.FAILED, 137, ""),  # ExitCode 0:9
+    ],
+)
 def test_slurm_accounting_recorded(name, job_id, state, code, comment):
     run = Replay().add(Slurm.accounting_argv(job_id), result(name))
     info = SLURM.accounting(run, job_id)
@@ -104,17 +113,27 @@ def test_slurm_accounting_recorded(name, job_id, state, code, comment):
 def test_slurm_accounting_unknown_job_is_no_answer():
     run = Replay().add(Slurm.accounting_argv("999999"), result("testbed_slurm_sacct_unknown.txt"))
     assert SLURM.accounting(run, "999999") is None
-    off = Replay().add(Slurm.accounting_argv("5"), CommandResult(1, "", "sacct: error: Slurm accounting storage is disabled\n"))
+    off = Replay().add(
+        Slurm.accounting_argv("5"), CommandResult(1, "", "sacct: error: Slurm accounting storage is disabled\n")
+    )
     assert SLURM.accounting(off, "5") is None
 
 
 # ---- squeue: our form, the compact form, psij-python's -O form -----------------------------------
 
-EXPECTED_SQUEUE = {"82": JobState.DONE, "83": JobState.FAILED, "84": JobState.RUNNING, "85": JobState.RUNNING,
-                   "86": JobState.QUEUED, "87": JobState.FAILED}
+EXPECTED_SQUEUE = {
+    "82": JobState.DONE,
+    "83": JobState.FAILED,
+    "84": JobState.RUNNING,
+    "85": JobState.RUNNING,
+    "86": JobState.QUEUED,
+    "87": JobState.FAILED,
+}
 
 
-@pytest.mark.parametrize("name", ["testbed_slurm_squeue_ours.txt", "testbed_slurm_squeue_compact.txt", "testbed_slurm_squeue_psij.txt"])
+@pytest.mark.parametrize(
+    "name", ["testbed_slurm_squeue_ours.txt", "testbed_slurm_squeue_compact.txt", "testbed_slurm_squeue_psij.txt"]
+)
 def test_squeue_forms(name):
     got = SLURM.parse_status(read(name), list(EXPECTED_SQUEUE))
     assert {j: i.state for j, i in got.items()} == EXPECTED_SQUEUE
@@ -134,12 +153,15 @@ def test_every_squeue_state_code_is_mapped_in_both_forms():
 # ---- scancel -v: a job that had already ended says so ---------------------------------------------
 
 
-@pytest.mark.parametrize("name, sent, already", [
-    ("testbed_slurm_scancel_v_running.txt", True, False),
-    ("testbed_slurm_scancel_v_held.txt", True, False),
-    ("testbed_slurm_scancel_v_completed.txt", False, True),
-    ("testbed_slurm_scancel_v_unknown.txt", False, True),
-])
+@pytest.mark.parametrize(
+    "name, sent, already",
+    [
+        ("testbed_slurm_scancel_v_running.txt", True, False),
+        ("testbed_slurm_scancel_v_held.txt", True, False),
+        ("testbed_slurm_scancel_v_completed.txt", False, True),
+        ("testbed_slurm_scancel_v_unknown.txt", False, True),
+    ],
+)
 def test_scancel_outcomes(name, sent, already):
     r = result(name)
     outcome = SLURM.parse_cancel(r.rc, r.out, r.err)
@@ -183,12 +205,15 @@ def test_deepspeed_hostfile_keeps_its_slots(ds_parse):
     assert ds_parse(hf.build(env={}, nodefile=path)) == expected
 
 
-@pytest.mark.parametrize("name, words", [
-    ("deepspeed_hostfile_bad_duplicate.txt", "worker-1 twice"),
-    ("deepspeed_hostfile_bad_whitespace.txt", "cannot read line 2"),
-    ("deepspeed_hostfile_bad_mixed.txt", "cannot read line 3"),
-    ("deepspeed_hostfile_empty.txt", "empty"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("deepspeed_hostfile_bad_duplicate.txt", "worker-1 twice"),
+        ("deepspeed_hostfile_bad_whitespace.txt", "cannot read line 2"),
+        ("deepspeed_hostfile_bad_mixed.txt", "cannot read line 3"),
+        ("deepspeed_hostfile_empty.txt", "empty"),
+    ],
+)
 def test_hostfiles_deepspeed_refuses_are_errors(name, words, ds_parse):
     with pytest.raises(ValueError):
         ds_parse(read(name))
@@ -198,20 +223,35 @@ def test_hostfiles_deepspeed_refuses_are_errors(name, words, ds_parse):
 
 def test_a_bare_host_is_a_one_host_node_file(ds_parse):
     # DeepSpeed refuses `missingslots` as a hostfile line; as a node file (PBS's form) it is a host
-    assert ds_parse(hf.build(env={}, nodefile=str(HERE / "deepspeed_hostfile_noslots.txt"))) == OrderedDict([("missingslots", 1)])
+    assert ds_parse(hf.build(env={}, nodefile=str(HERE / "deepspeed_hostfile_noslots.txt"))) == OrderedDict(
+        [("missingslots", 1)]
+    )
 
 
 # ---- Grid Engine ------------------------------------------------------------------------------------
 
-STATES_20_23 = {"20": ("r", JobState.RUNNING), "21": ("hqw", JobState.QUEUED), "22": ("Eqw", JobState.QUEUED),
-                "23": ("s", JobState.QUEUED)}
+STATES_20_23 = {
+    "20": ("r", JobState.RUNNING),
+    "21": ("hqw", JobState.QUEUED),
+    "22": ("Eqw", JobState.QUEUED),
+    "23": ("s", JobState.QUEUED),
+}
 
 
-@pytest.mark.parametrize("name", [
-    "testbed_sge_qstat_states.txt", "testbed_sge_qstat_ext.txt", "testbed_sge_qstat_u_all_ext.txt",
-    "testbed_sge_qstat_r.txt", "testbed_sge_qstat_f.txt", "testbed_sge_qstat_urg.txt", "testbed_sge_qstat_pri.txt",
-    "testbed_sge_qstat_xml_states.txt", "testbed_sge_qstat_ext_xml.txt",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "testbed_sge_qstat_states.txt",
+        "testbed_sge_qstat_ext.txt",
+        "testbed_sge_qstat_u_all_ext.txt",
+        "testbed_sge_qstat_r.txt",
+        "testbed_sge_qstat_f.txt",
+        "testbed_sge_qstat_urg.txt",
+        "testbed_sge_qstat_pri.txt",
+        "testbed_sge_qstat_xml_states.txt",
+        "testbed_sge_qstat_ext_xml.txt",
+    ],
+)
 def test_grid_engine_qstat_forms(name):
     got = SGE.parse_status(read(name), list(STATES_20_23))
     assert {j: (i.raw, i.state) for j, i in got.items()} == STATES_20_23
@@ -237,8 +277,11 @@ def test_deleting_job_is_still_running():
 
 
 def test_error_state_reason_from_qstat_j():
-    run = Replay().add(SGE.status_argv(["22"]), CommandResult(0, read("testbed_sge_qstat_xml_states.txt"), "")).add(
-        ["qstat", "-j", "22"], CommandResult(0, read("testbed_sge_qstat_j_error.txt"), ""))
+    run = (
+        Replay()
+        .add(SGE.status_argv(["22"]), CommandResult(0, read("testbed_sge_qstat_xml_states.txt"), ""))
+        .add(["qstat", "-j", "22"], CommandResult(0, read("testbed_sge_qstat_j_error.txt"), ""))
+    )
     info = SGE.query(run, ["22"])["22"]
     assert info.never_runs and info.active
     assert info.comment == "error state (Eqw): error: can't chdir to /nonexistent/dir: No such file or directory"
@@ -246,11 +289,18 @@ def test_error_state_reason_from_qstat_j():
 
 @pytest.mark.parametrize("category, word", [line.split() for line in read("sge_status_5_states.txt").splitlines()])
 def test_every_documented_grid_engine_state(category, word):
-    info = SGE.parse_status(f"<job_info><job_list><JB_job_number>7</JB_job_number><state>{word}</state></job_list></job_info>", ["7"])["7"]
+    info = SGE.parse_status(
+        f"<job_info><job_list><JB_job_number>7</JB_job_number><state>{word}</state></job_list></job_info>", ["7"]
+    )["7"]
     if category == "finished":
         assert info.ended and not info.active
         return
-    expected = {"pending": JobState.QUEUED, "running": JobState.RUNNING, "suspended": JobState.QUEUED, "error": JobState.QUEUED}
+    expected = {
+        "pending": JobState.QUEUED,
+        "running": JobState.RUNNING,
+        "suspended": JobState.QUEUED,
+        "error": JobState.QUEUED,
+    }
     if category == "deleting":  # as the same word without the d, and still active until gone
         assert info.state == SGE.parse_status(f"7 0 n u {word.replace('d', '')}\n", ["7"])["7"].state
     else:
@@ -262,29 +312,37 @@ def test_every_documented_grid_engine_state(category, word):
 
 def test_pe_hostfile_recorded(tmp_path, ds_parse):
     (tmp_path / "pe").write_text(read("testbed_sge_pe_hostfile.txt"))
-    assert ds_parse(hf.build(env={"PE_HOSTFILE": str(tmp_path / "pe")}, prefer="gridengine")) == OrderedDict([("vm", 2)])
+    assert ds_parse(hf.build(env={"PE_HOSTFILE": str(tmp_path / "pe")}, prefer="gridengine")) == OrderedDict(
+        [("vm", 2)]
+    )
     # by content too, whatever names the file
     assert ds_parse(hf.build(env={}, nodefile=str(tmp_path / "pe"))) == OrderedDict([("vm", 2)])
 
 
-@pytest.mark.parametrize("name, rc, sent, already", [
-    ("testbed_sge_qdel_running.txt", 0, True, False),
-    ("testbed_sge_qdel_held.txt", 0, True, False),
-    ("testbed_sge_qdel_error.txt", 0, True, False),
-    ("testbed_sge_qdel_suspended.txt", 0, True, False),
-    ("testbed_sge_qdel_finished.txt", 1, False, True),
-    ("abci_qdel.txt", 0, True, False),
-])
+@pytest.mark.parametrize(
+    "name, rc, sent, already",
+    [
+        ("testbed_sge_qdel_running.txt", 0, True, False),
+        ("testbed_sge_qdel_held.txt", 0, True, False),
+        ("testbed_sge_qdel_error.txt", 0, True, False),
+        ("testbed_sge_qdel_suspended.txt", 0, True, False),
+        ("testbed_sge_qdel_finished.txt", 1, False, True),
+        ("abci_qdel.txt", 0, True, False),
+    ],
+)
 def test_qdel_outcomes(name, rc, sent, already):
     outcome = SGE.parse_cancel(rc, read(name), "")
     assert (outcome.sent, outcome.already_ended) == (sent, already)
 
 
-@pytest.mark.parametrize("name, state, code", [
-    ("testbed_sge_qacct_deleted_running.txt", JobState.FAILED, 137),  # qdel or a limit: jobs.py decides
-    ("testbed_sge_qacct_deleted_suspended.txt", JobState.FAILED, 137),
-    ("abci_qacct.txt", JobState.DONE, 0),
-])
+@pytest.mark.parametrize(
+    "name, state, code",
+    [
+        ("testbed_sge_qacct_deleted_running.txt", JobState.FAILED, 137),  # qdel or a limit: jobs.py decides
+        ("testbed_sge_qacct_deleted_suspended.txt", JobState.FAILED, 137),
+        ("abci_qacct.txt", JobState.DONE, 0),
+    ],
+)
 def test_qacct_records(name, state, code):
     run = Replay().add(GridEngine.accounting_argv("1"), CommandResult(0, read(name), ""))
     info = SGE.accounting(run, "1")

@@ -89,8 +89,14 @@ def test_ctrl_c_at_any_moment_of_submit_follow_never_loses_the_job(hpc_launch_bi
     """SIGINT lands before, during or after the submission: either nothing ran and nothing was
     left behind, or the job runs on and is recorded."""
     work, env, db = sandbox
-    proc = subprocess.Popen([hpc_launch_bin, "submit", "--cluster", "local", "--script", "slow.py", "--gpus-per-node", "1", "--follow"],
-                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [hpc_launch_bin, "submit", "--cluster", "local", "--script", "slow.py", "--gpus-per-node", "1", "--follow"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -101,7 +107,9 @@ def test_ctrl_c_at_any_moment_of_submit_follow_never_loses_the_job(hpc_launch_bi
     recorded = _records(db)
     if not started:
         assert recorded == [], (out, err)
-        assert not list((work / ".hpc-launch").glob("*.sh")), "a script was left behind by a submission that did not happen"
+        assert not list((work / ".hpc-launch").glob("*.sh")), (
+            "a script was left behind by a submission that did not happen"
+        )
         return
     assert len(started) == 1 and len(recorded) == 1, (out, err, started, recorded)
     job_id = recorded[0][0]
@@ -119,8 +127,14 @@ def test_an_unwritable_job_store_refuses_before_submitting(hpc_launch_bin, sandb
     work, env, db = sandbox
     db.parent.mkdir(parents=True)
     db.write_bytes(b"not a database" * 64)
-    r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode != 0 and "job store" in r.stderr
     time.sleep(0.5)
     assert _script_runs(work) == []  # nothing was submitted
@@ -128,23 +142,54 @@ def test_an_unwritable_job_store_refuses_before_submitting(hpc_launch_bin, sandb
 
 def test_job_list_json_has_the_documented_keys(hpc_launch_bin, sandbox):
     work, env, db = sandbox
-    r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
-    out = subprocess.run([hpc_launch_bin, "list", "--json"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [hpc_launch_bin, "list", "--json"], cwd=work, env=env, capture_output=True, text=True, timeout=60
+    )
     rows = json.loads(out.stdout)
     assert rows[0]["job_id"] == r.stdout.strip()
-    assert set(rows[0]) >= {"job_id", "cluster", "name", "state", "exit_code", "submit_time", "end_time", "host",
-                            "workdir", "log_path", "comment"}
+    assert set(rows[0]) >= {
+        "job_id",
+        "cluster",
+        "name",
+        "state",
+        "exit_code",
+        "submit_time",
+        "end_time",
+        "host",
+        "workdir",
+        "log_path",
+        "comment",
+    }
 
 
 @pytest.mark.train
 def test_kill_9_of_one_rank_fails_the_job_and_is_not_a_cancel(hpc_launch_bin, sandbox):
     """Real DeepSpeed on 2 CPU ranks; one rank is SIGKILLed (what the OOM killer does)."""
     work, env, db = sandbox
-    r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "local", "--train-args",
-                        "--model smallcnn --data synthetic --steps 100000 --micro-batch 8 --log-every 10 --no-eval"],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "submit",
+            "--cluster",
+            "local",
+            "--train-args",
+            "--model smallcnn --data synthetic --steps 100000 --micro-batch 8 --log-every 10 --no-eval",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     log = work / f"train.o{job_id}"
@@ -157,7 +202,9 @@ def test_kill_9_of_one_rank_fails_the_job_and_is_not_a_cancel(hpc_launch_bin, sa
     state = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        out = subprocess.run([hpc_launch_bin, "status", "--json", job_id], cwd=work, env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [hpc_launch_bin, "status", "--json", job_id], cwd=work, env=env, capture_output=True, text=True
+        )
         state = json.loads(out.stdout)[0]
         if state["state"] not in ("queued", "running"):
             break

@@ -27,12 +27,19 @@ def test_follow_over_ssh_reconnects_after_sshd_drops_and_loses_no_line(own_serve
     from hpc_launch.transport import SSHTransport
 
     path = tmp_path / "job.log"
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
-        "with open(sys.argv[1], 'a') as f:\n"
-        "    for i in range(40):\n"
-        "        f.write(f'line {i}\\n'); f.flush(); time.sleep(0.1)\n"
-    ), str(path)])
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\n"
+                "with open(sys.argv[1], 'a') as f:\n"
+                "    for i in range(40):\n"
+                "        f.write(f'line {i}\\n'); f.flush(); time.sleep(0.1)\n"
+            ),
+            str(path),
+        ]
+    )
     t = SSHTransport(own_server.alias, ssh_config=str(own_server.ssh_config), retries=0)
     received, drops = [], []
 
@@ -45,8 +52,15 @@ def test_follow_over_ssh_reconnects_after_sshd_drops_and_loses_no_line(own_serve
     cutter = threading.Thread(target=cut)
     cutter.start()
     try:
-        final = follow(t, str(path), reconnect=Backoff(0.2, 2.0, 0.8), state=lambda: JobState.DONE if writer.poll() is not None else JobState.RUNNING,
-                       write=received.append, poll_interval=0.05, on_reconnect=lambda reason, delay: drops.append(reason))
+        final = follow(
+            t,
+            str(path),
+            reconnect=Backoff(0.2, 2.0, 0.8),
+            state=lambda: JobState.DONE if writer.poll() is not None else JobState.RUNNING,
+            write=received.append,
+            poll_interval=0.05,
+            on_reconnect=lambda reason, delay: drops.append(reason),
+        )
     finally:
         cutter.join()
         t.close()
@@ -65,5 +79,12 @@ def test_follow_gives_up_after_the_reconnect_budget(tmp_path, monkeypatch):
             raise TransportError("cannot connect to nowhere")
 
     with pytest.raises(TransportError):
-        follow(Gone(), str(tmp_path / "x"), state=lambda: JobState.RUNNING, write=lambda s: None, poll_interval=0.01,
-               reconnect=Backoff(0.01, 1.0, 0.01), give_up_s=0.1)
+        follow(
+            Gone(),
+            str(tmp_path / "x"),
+            state=lambda: JobState.RUNNING,
+            write=lambda s: None,
+            poll_interval=0.01,
+            reconnect=Backoff(0.01, 1.0, 0.01),
+            give_up_s=0.1,
+        )

@@ -44,8 +44,10 @@ SLURM_LISTS = [
     ("x,y[1-2]", ["x", "y1", "y2"]),
     ("r[1-2]n[09-10],login", ["r1n09", "r1n10", "r2n09", "r2n10", "login"]),
     ("gpu-[01-02],cpu7", ["gpu-01", "gpu-02", "cpu7"]),
-    ("x3104c0s[31,37]b0n0.hsn.cm.polaris.alcf.anl.gov",
-     ["x3104c0s31b0n0.hsn.cm.polaris.alcf.anl.gov", "x3104c0s37b0n0.hsn.cm.polaris.alcf.anl.gov"]),
+    (
+        "x3104c0s[31,37]b0n0.hsn.cm.polaris.alcf.anl.gov",
+        ["x3104c0s31b0n0.hsn.cm.polaris.alcf.anl.gov", "x3104c0s37b0n0.hsn.cm.polaris.alcf.anl.gov"],
+    ),
     # Slurm separates items by commas, spaces or TABs (src/common/hostlist.c)
     ("node1 node[2-5,12]", ["node1", "node2", "node3", "node4", "node5", "node12"]),
     ("a\tb[1-2],  c", ["a", "b1", "b2", "c"]),
@@ -106,7 +108,9 @@ def test_slots_option_overrides_repeat_count(tmp_path, ds_parse):
 
 def test_uneven_repeats_keep_their_counts(tmp_path, ds_parse):
     (tmp_path / "nodes").write_text("a\na\nb\na\nc\nc\nc\n")  # a host's lines need not be adjacent
-    assert ds_parse(hf.build(env={"PBS_NODEFILE": str(tmp_path / "nodes")})) == OrderedDict([("a", 3), ("b", 1), ("c", 3)])
+    assert ds_parse(hf.build(env={"PBS_NODEFILE": str(tmp_path / "nodes")})) == OrderedDict(
+        [("a", 3), ("b", 1), ("c", 3)]
+    )
 
 
 def test_fqdn_hosts_survive_unchanged(tmp_path, ds_parse):
@@ -123,7 +127,9 @@ def test_naive_sed_of_a_repeated_nodefile_is_refused_by_deepspeed(tmp_path, ds_p
     """Why we de-duplicate: `sed 's/$/ slots=8/' $PBS_NODEFILE` lists each host 8 times."""
     nodefile = _pbs_nodefile(tmp_path / "nodes", ["a", "b"], 8)
     if shutil.which("sed"):
-        naive = subprocess.run(["sed", "s/$/ slots=8/", str(nodefile)], capture_output=True, text=True, check=True).stdout
+        naive = subprocess.run(
+            ["sed", "s/$/ slots=8/", str(nodefile)], capture_output=True, text=True, check=True
+        ).stdout
     else:
         naive = "".join(f"{line} slots=8\n" for line in nodefile.read_text().splitlines())
     assert naive.count("a slots=8") == 8
@@ -134,7 +140,12 @@ def test_naive_sed_of_a_repeated_nodefile_is_refused_by_deepspeed(tmp_path, ds_p
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    hosts=st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z0-9]{1,6}){0,3}", fullmatch=True), min_size=1, max_size=40, unique=True),
+    hosts=st.lists(
+        st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z0-9]{1,6}){0,3}", fullmatch=True),
+        min_size=1,
+        max_size=40,
+        unique=True,
+    ),
     per_host=st.integers(min_value=1, max_value=16),
 )
 def test_any_repeated_nodefile_round_trips_through_deepspeed(tmp_path, ds_parse, hosts, per_host):
@@ -200,12 +211,16 @@ def test_malformed_slurm_nodelist_is_an_error(bad):
 
 def test_hosts_option_takes_bracket_lists(ds_parse):
     # a plain split on "," would give hosts `n[1` and `3]`, which DeepSpeed would accept
-    assert ds_parse(hf.build(env={}, hosts="n[1,3],m2, x", slots=2)) == OrderedDict((h, 2) for h in ("n1", "n3", "m2", "x"))
+    assert ds_parse(hf.build(env={}, hosts="n[1,3],m2, x", slots=2)) == OrderedDict(
+        (h, 2) for h in ("n1", "n3", "m2", "x")
+    )
 
 
 def test_hosts_option_takes_space_separated_lists(ds_parse):
     # was one host `node1` with 6 slots: every item after the first space was lost
-    assert ds_parse(hf.build(env={}, hosts="node1 node[2-3]", slots=2)) == OrderedDict((h, 2) for h in ("node1", "node2", "node3"))
+    assert ds_parse(hf.build(env={}, hosts="node1 node[2-3]", slots=2)) == OrderedDict(
+        (h, 2) for h in ("node1", "node2", "node3")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,15 +255,18 @@ def test_deepspeed_hostfile_as_nodefile_keeps_its_slots(tmp_path, ds_parse, hpc_
     assert ds_parse(r.stdout) == ds_parse(hostfile) == OrderedDict([("worker-1", 8), ("worker-2", 2), ("10.0.0.3", 4)])
 
 
-@pytest.mark.parametrize("content, words", [
-    ("node1 node[2-5,12]\n", "cannot read line 1"),  # a hostlist written into a file
-    ("a slots=2\nb\n", "mixes formats"),
-    ("a slots=2\nb slots=1\na slots=1\n", "lists a twice"),  # DeepSpeed refuses it too
-    ("this is bad slots=1\n", "cannot read line 1"),
-    ("a\nn[1-3]\n", "not a host name"),
-    ("a:4\n", "not a host name"),
-    ("a 2 gpu@a UNDEFINED\nb slots=2\n", "mixes formats"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("node1 node[2-5,12]\n", "cannot read line 1"),  # a hostlist written into a file
+        ("a slots=2\nb\n", "mixes formats"),
+        ("a slots=2\nb slots=1\na slots=1\n", "lists a twice"),  # DeepSpeed refuses it too
+        ("this is bad slots=1\n", "cannot read line 1"),
+        ("a\nn[1-3]\n", "not a host name"),
+        ("a:4\n", "not a host name"),
+        ("a 2 gpu@a UNDEFINED\nb slots=2\n", "mixes formats"),
+    ],
+)
 def test_unreadable_node_files_are_errors(content, words, tmp_path):
     (tmp_path / "nodes").write_text(content)
     for env, nodefile in (({}, str(tmp_path / "nodes")), ({"PBS_NODEFILE": str(tmp_path / "nodes")}, None)):
@@ -269,7 +287,8 @@ def test_pe_hostfile_slots_from_second_column(tmp_path, ds_parse):
     text = hf.build(env={"PE_HOSTFILE": str(tmp_path / "pe")}, prefer="gridengine")
     assert ds_parse(text) == OrderedDict([("r1n1.abci.local", 6), ("r3n2.abci.local", 2)])
     assert ds_parse(hf.build(env={"PE_HOSTFILE": str(tmp_path / "pe")}, slots=4)) == OrderedDict(
-        [("r1n1.abci.local", 4), ("r3n2.abci.local", 4)])
+        [("r1n1.abci.local", 4), ("r3n2.abci.local", 4)]
+    )
 
 
 def test_sge_job_hostlist(tmp_path, ds_parse):
@@ -333,8 +352,11 @@ def test_from_choices_come_from_the_registry(lsf_registered, tmp_path, monkeypat
 
 def test_hostfile_import_stays_light():
     """`hpc-launch hostfile` runs inside every job: the module pulls in no dialect or template code."""
-    code = ("import sys, hpc_launch.hostfile; "
-            "print(sorted(m for m in sys.modules if m.startswith(('hpc_launch.dialects', 'jinja2', 'yaml', 'paramiko', 'xml'))))")
+    code = (
+        "import sys, hpc_launch.hostfile; "
+        "print(sorted(m for m in sys.modules if m.startswith(('hpc_launch.dialects', "
+        "'jinja2', 'yaml', 'paramiko', 'xml'))))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert r.stdout.strip() == "[]"
 
@@ -343,12 +365,15 @@ def test_hostfile_import_stays_light():
 # The plain-shell fallback in the job script must agree with `hpc-launch hostfile`
 
 
-@pytest.mark.parametrize("dialect, var, content", [
-    ("pbspro", "PBS_NODEFILE", "b\nb\na\na\nc\nc\n"),
-    ("cobalt", "COBALT_NODEFILE", "b\na\nc\n"),
-    ("gridengine", "PE_HOSTFILE", "b 2 q@b UNDEFINED\na 2 q@a UNDEFINED\nc 2 q@c UNDEFINED\n"),
-    ("slurm", "SLURM_JOB_NODELIST", None),
-])
+@pytest.mark.parametrize(
+    "dialect, var, content",
+    [
+        ("pbspro", "PBS_NODEFILE", "b\nb\na\na\nc\nc\n"),
+        ("cobalt", "COBALT_NODEFILE", "b\na\nc\n"),
+        ("gridengine", "PE_HOSTFILE", "b 2 q@b UNDEFINED\na 2 q@a UNDEFINED\nc 2 q@c UNDEFINED\n"),
+        ("slurm", "SLURM_JOB_NODELIST", None),
+    ],
+)
 def test_shell_fallback_agrees(dialect, var, content, tmp_path, ds_parse):
     if dialect == "slurm":
         value = "b,a[1-2]"
@@ -358,7 +383,9 @@ def test_shell_fallback_agrees(dialect, var, content, tmp_path, ds_parse):
     env = scheduler_env_cleared()
     env[var] = value
     shell = dialects.get(dialect).nodelist_shell + " | awk -v n=4 '{print $1 \" slots=\" n}'"
-    fallback = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=env, check=True, timeout=30).stdout
+    fallback = subprocess.run(
+        ["bash", "-c", shell], capture_output=True, text=True, env=env, check=True, timeout=30
+    ).stdout
     ours = hf.build(env=env, prefer=dialect, slots=4)
     assert ds_parse(fallback) == ds_parse(ours)
     assert len(ds_parse(ours)) == 3
@@ -377,13 +404,16 @@ def test_filters_match_deepspeeds_own(include, exclude, ds_parse, ds_runner):
     assert all(list(range(ours[h])) == theirs[h] for h in ours)
 
 
-@pytest.mark.parametrize("include, exclude, words", [
-    ("a:0,1", None, "slot-level"),
-    (None, "a@b:1", "slot-level"),
-    ("zz", None, "not in the node list"),
-    ("a", "b", "cannot be combined"),
-    (None, "a@b@c@d", "empty"),
-])
+@pytest.mark.parametrize(
+    "include, exclude, words",
+    [
+        ("a:0,1", None, "slot-level"),
+        (None, "a@b:1", "slot-level"),
+        ("zz", None, "not in the node list"),
+        ("a", "b", "cannot be combined"),
+        (None, "a@b@c@d", "empty"),
+    ],
+)
 def test_filter_refusals(include, exclude, words):
     with pytest.raises(HostfileError, match=words):
         hf.build(env={}, hosts="a,b,c,d", slots=8, include=include, exclude=exclude)

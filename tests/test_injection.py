@@ -21,9 +21,29 @@ from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
 
 PAYLOADS = [
-    "$(touch MARK)", "`touch MARK`", "; touch MARK", "' ; touch MARK ; '", '" ; touch MARK ; "',
-    "\ntouch MARK\n", "$((1+1))", "${HOME}", "a b\tc", "--", "-x", "&& touch MARK", "| touch MARK",
-    "> MARK", "\\", "'", '"', "$", "!", "*", "~", "#PBS -q evil", "\n#PBS -q evil",
+    "$(touch MARK)",
+    "`touch MARK`",
+    "; touch MARK",
+    "' ; touch MARK ; '",
+    '" ; touch MARK ; "',
+    "\ntouch MARK\n",
+    "$((1+1))",
+    "${HOME}",
+    "a b\tc",
+    "--",
+    "-x",
+    "&& touch MARK",
+    "| touch MARK",
+    "> MARK",
+    "\\",
+    "'",
+    '"',
+    "$",
+    "!",
+    "*",
+    "~",
+    "#PBS -q evil",
+    "\n#PBS -q evil",
 ]
 HOSTILE_CHARS = "ab $`'\"\\;|&<>()\n\t*?~!#{}[]=-"
 
@@ -39,8 +59,11 @@ printf '%s' "${CHECK_VAR-unset}" > "$out.env"
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory):
     d = tmp_path_factory.mktemp("stubs")
-    stub_text = {"deepspeed": STUB, "hostname": "#!/bin/sh\necho stubhost\n",
-                 "python": "#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n"}  # where the entrypoint is
+    stub_text = {
+        "deepspeed": STUB,
+        "hostname": "#!/bin/sh\necho stubhost\n",
+        "python": "#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n",
+    }  # where the entrypoint is
     for name, text in stub_text.items():
         p = d / name
         p.write_text(text)
@@ -109,8 +132,15 @@ def test_hostile_workdir_is_entered_not_executed(sub, stubs, tmp_path_factory):
 @settings(max_examples=80, deadline=None)
 @given(name=hostile, group=hostile, queue=hostile, directive=hostile)
 def test_directive_values_are_refused_or_stay_single_lines(name, group, queue, directive):
-    spec = JobSpec(cluster="abci", nodes=1, name=name or "x", group=group or "g", queue=queue or None,
-                   directives=[directive] if directive else [], workdir="/w")
+    spec = JobSpec(
+        cluster="abci",
+        nodes=1,
+        name=name or "x",
+        group=group or "g",
+        queue=queue or None,
+        directives=[directive] if directive else [],
+        workdir="/w",
+    )
     try:
         job = resolve(spec, profiles.load("abci"))
         text = render(job, stamp="t").text

@@ -68,9 +68,19 @@ def store(tmp_path):
 
 
 def _record(store, **kw) -> JobRecord:
-    rec = JobRecord(job_id=kw.pop("job_id", "42"), cluster="c", dialect="scripted", host="localhost", name="train",
-                    workdir="/w", script_path="/w/.hpc-launch/train.sh", log_path="/w/train.o42",
-                    exit_path="/w/train.o42.exitcode", submit_time=1.0, **kw)
+    rec = JobRecord(
+        job_id=kw.pop("job_id", "42"),
+        cluster="c",
+        dialect="scripted",
+        host="localhost",
+        name="train",
+        workdir="/w",
+        script_path="/w/.hpc-launch/train.sh",
+        log_path="/w/train.o42",
+        exit_path="/w/train.o42.exitcode",
+        submit_time=1.0,
+        **kw,
+    )
     store.add(rec)
     return store.get(rec.job_id, "c")
 
@@ -81,7 +91,9 @@ def _refresh(store, rec, transport) -> JobRecord:
 
 def test_running_job_keeps_the_schedulers_state_and_comment(scripted, store):
     t = _fake(scripted)
-    scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Not Running: Insufficient amount of resource: ngpus")}]
+    scripted.answers = [
+        {"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Not Running: Insufficient amount of resource: ngpus")}
+    ]
     got = _refresh(store, _record(store), t)
     assert (got.state, got.comment) == ("queued", "Not Running: Insufficient amount of resource: ngpus")
 
@@ -93,16 +105,19 @@ def test_an_unknown_state_word_never_ends_or_restarts_a_job(scripted, store):
     assert got.state == "running" and got.end_time is None
 
 
-@pytest.mark.parametrize("code, cancel_asked, state", [
-    (b"0\n", False, "done"),
-    (b"3\n", False, "failed"),
-    (b"143\n", False, "failed"),     # SIGTERM nobody asked for: walltime, preemption, admin
-    (b"143\n", True, "cancelled"),
-    (b"137\n", False, "failed"),     # unrequested SIGKILL: the OOM killer, not a cancel
-    (b"137\n", True, "cancelled"),
-    (None, False, "failed"),         # died without its exit trap
-    (None, True, "cancelled"),
-])
+@pytest.mark.parametrize(
+    "code, cancel_asked, state",
+    [
+        (b"0\n", False, "done"),
+        (b"3\n", False, "failed"),
+        (b"143\n", False, "failed"),  # SIGTERM nobody asked for: walltime, preemption, admin
+        (b"143\n", True, "cancelled"),
+        (b"137\n", False, "failed"),  # unrequested SIGKILL: the OOM killer, not a cancel
+        (b"137\n", True, "cancelled"),
+        (None, False, "failed"),  # died without its exit trap
+        (None, True, "cancelled"),
+    ],
+)
 def test_a_job_the_scheduler_forgot_is_decided_by_its_exit_code_file(scripted, store, code, cancel_asked, state):
     t = _fake(scripted)
     if code is not None:
@@ -146,7 +161,13 @@ def test_the_schedulers_final_word_wins_and_keeps_its_exit_status(scripted, stor
 
 def test_never_runs_ends_a_follow_with_the_schedulers_reason(scripted, store):
     t = _fake(scripted)
-    scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Q", comment="Can Never Run: Not enough total nodes available", never_runs=True)}]
+    scripted.answers = [
+        {
+            "42": StatusInfo(
+                JobState.QUEUED, raw="Q", comment="Can Never Run: Not enough total nodes available", never_runs=True
+            )
+        }
+    ]
     rec = _record(store)
     seen = []
     poll = jobs.state_poller(t, rec, store, on_comment=seen.append)
@@ -180,7 +201,7 @@ def test_cancel_of_a_job_that_already_finished_reports_how_it_ended_and_sends_no
 def test_cancel_records_the_end_the_scheduler_reports_afterwards(scripted, store):
     t = _fake(scripted)
     scripted.answers = [
-        {"42": StatusInfo(JobState.RUNNING, raw="R")},                      # before the request
+        {"42": StatusInfo(JobState.RUNNING, raw="R")},  # before the request
         {"42": StatusInfo(JobState.RUNNING, raw="R", comment="terminated")},  # qdel is asynchronous
         {"42": StatusInfo(JobState.CANCELLED, 271, "F")},
     ]
@@ -229,9 +250,19 @@ def test_a_job_pbs_killed_for_walltime_is_a_timeout_even_when_pbs_has_forgotten_
     t = _fake(ScriptedDialect())
     t.files["/w/train.o42.exitcode"] = b"143 train.sh\n"
     t.files["/w/train.o42"] = b"[hpc-train] step=3\n=>> PBS: job killed: walltime 12 exceeded limit 5\n"
-    rec = JobRecord(job_id="42.pbs", cluster="c", dialect="pbspro", host="localhost", name="train", workdir="/w",
-                    script_path="/w/.hpc-launch/train.sh", log_path="/w/train.o42", exit_path="/w/train.o42.exitcode",
-                    submit_time=1.0, state="running")
+    rec = JobRecord(
+        job_id="42.pbs",
+        cluster="c",
+        dialect="pbspro",
+        host="localhost",
+        name="train",
+        workdir="/w",
+        script_path="/w/.hpc-launch/train.sh",
+        log_path="/w/train.o42",
+        exit_path="/w/train.o42.exitcode",
+        submit_time=1.0,
+        state="running",
+    )
     store.add(rec)
     t.run = lambda argv, **kw: CommandResult(153, "", "qstat: Unknown Job Id 42.pbs\n")
     got = jobs.refresh(store, [store.get("42.pbs", "c")], lambda h: t)[0]
@@ -280,13 +311,23 @@ TIMEOUT = "sbatch: error: Batch job submission failed: Socket timed out on send/
 
 def test_a_timeout_after_the_job_was_created_records_that_job_and_submits_nothing_more():
     t = SubmitTransport([{"creates": "101", "rc": 1, "err": TIMEOUT}])
-    assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None) == "101"
+    assert (
+        jobs.run_submit(
+            t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None
+        )
+        == "101"
+    )
     assert t.answer.submits == 1
 
 
 def test_a_timeout_that_created_nothing_is_retried():
     t = SubmitTransport([{"rc": 1, "err": TIMEOUT}, {"creates": "102", "out": "102\n"}])
-    assert jobs.run_submit(t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None) == "102"
+    assert (
+        jobs.run_submit(
+            t, ["sbatch", "x"], "/home/u/w", SLURM, script_relpath=".hpc-launch/train-1.sh", sleep=lambda s: None
+        )
+        == "102"
+    )
     assert t.answer.submits == 2
 
 

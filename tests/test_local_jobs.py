@@ -22,9 +22,11 @@ NONE = dialects.get("none")
 
 
 def test_parse_keeps_only_the_jobs_own_script():
-    out = (" 100   100 bash /w/.hpc-launch/train-a.sh\n"
-           " 200   200 bash /w/.hpc-launch/train-other.sh\n"   # pid 200 reused by another job's script
-           " 301   300 python -m train\n 302   300 python -m train\n")  # 300's script was killed
+    out = (
+        " 100   100 bash /w/.hpc-launch/train-a.sh\n"
+        " 200   200 bash /w/.hpc-launch/train-other.sh\n"  # pid 200 reused by another job's script
+        " 301   300 python -m train\n 302   300 python -m train\n"
+    )  # 300's script was killed
     got = NONE._parse(out, {"100": "train-a.sh", "200": "train-b.sh", "300": "train-c.sh", "400": "train-d.sh"})
     assert got["100"].state == JobState.RUNNING
     assert "200" not in got and "400" not in got
@@ -43,9 +45,19 @@ def _start(tmp: Path, body: str, name: str = "train-x.sh"):
 
 
 def _record(store, tmp, job_id, script) -> JobRecord:
-    rec = JobRecord(job_id=job_id, cluster="local", dialect="none", host="localhost", name="train", workdir=str(tmp),
-                    script_path=str(script), log_path=str(tmp / f"train.o{job_id}"), exit_path=str(tmp / f"train.o{job_id}.exitcode"),
-                    submit_time=time.time(), state="running")
+    rec = JobRecord(
+        job_id=job_id,
+        cluster="local",
+        dialect="none",
+        host="localhost",
+        name="train",
+        workdir=str(tmp),
+        script_path=str(script),
+        log_path=str(tmp / f"train.o{job_id}"),
+        exit_path=str(tmp / f"train.o{job_id}.exitcode"),
+        submit_time=time.time(),
+        state="running",
+    )
     store.add(rec)
     return store.get(job_id, "local")
 

@@ -16,7 +16,6 @@ from hpc_launch.states import JobState
 from hpc_launch.transport import LocalTransport
 
 
-
 # `server`, `shared_ssh` and `transport` (local and ssh) come from conftest.py.
 
 
@@ -41,13 +40,20 @@ def test_logtail_handles_absent_file_split_multibyte_and_truncation(transport, t
 
 def test_follow_streams_a_growing_file_from_another_process(transport, tmp_path):
     path = tmp_path / "job.log"
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
-        "time.sleep(0.6)\n"            # the job is still queued: no log yet
-        "with open(sys.argv[1], 'a') as f:\n"
-        "    for i in range(5):\n"
-        "        f.write(f'line {i}\\n'); f.flush(); time.sleep(0.15)\n"
-    ), str(path)])
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\n"
+                "time.sleep(0.6)\n"  # the job is still queued: no log yet
+                "with open(sys.argv[1], 'a') as f:\n"
+                "    for i in range(5):\n"
+                "        f.write(f'line {i}\\n'); f.flush(); time.sleep(0.15)\n"
+            ),
+            str(path),
+        ]
+    )
     states = []
     waits = []
     received = []
@@ -56,8 +62,7 @@ def test_follow_streams_a_growing_file_from_another_process(transport, tmp_path)
         states.append(time.monotonic())
         return JobState.DONE if writer.poll() is not None else JobState.RUNNING
 
-    final = follow(transport, str(path), state=state, write=received.append, on_wait=waits.append,
-                   poll_interval=0.05)
+    final = follow(transport, str(path), state=state, write=received.append, on_wait=waits.append, poll_interval=0.05)
     assert final is JobState.DONE
     assert "".join(received) == "".join(f"line {i}\n" for i in range(5))
     assert len(received) > 1  # streamed as it came, not read once at the end
@@ -81,8 +86,9 @@ def test_follow_returns_after_final_drain_of_lines_written_at_the_end(tmp_path):
         return JobState.FAILED
 
     received = []
-    assert follow(LocalTransport(), str(path), state=state, write=received.append,
-                  poll_interval=0.01) is JobState.FAILED
+    assert (
+        follow(LocalTransport(), str(path), state=state, write=received.append, poll_interval=0.01) is JobState.FAILED
+    )
     assert "".join(received) == "start\nlast words\n"
 
 
@@ -95,8 +101,15 @@ def test_follow_state_queries_back_off_while_nothing_changes(tmp_path, monkeypat
         calls.append(time.monotonic())
         return JobState.QUEUED
 
-    assert follow(LocalTransport(), str(tmp_path / "never.log"), state=state, write=print,
-                  poll_interval=0.05, stop=stop, poll=Backoff(0.1, POLL.factor, 1.0))  # POLL, ten times faster is JobState.QUEUED
+    assert follow(
+        LocalTransport(),
+        str(tmp_path / "never.log"),
+        state=state,
+        write=print,
+        poll_interval=0.05,
+        stop=stop,
+        poll=Backoff(0.1, POLL.factor, 1.0),
+    )  # POLL, ten times faster is JobState.QUEUED
     gaps = [b - a for a, b in zip(calls, calls[1:])]
     assert 5 <= len(calls) <= 9  # 0, .1, .25, .48, .81, 1.3, 2.1 s ... instead of 50 polls
     assert gaps[-1] > 3 * gaps[0] and max(gaps) < 1.0 + 0.2
@@ -113,9 +126,17 @@ def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch
             raise answer
         return answer
 
-    assert follow(LocalTransport(), str(path), state=flaky, write=lambda s: None, poll_interval=0.01,
-                  poll=Backoff(0.05, 1.5, 1.0)) \
+    assert (
+        follow(
+            LocalTransport(),
+            str(path),
+            state=flaky,
+            write=lambda s: None,
+            poll_interval=0.01,
+            poll=Backoff(0.05, 1.5, 1.0),
+        )
         is JobState.DONE
+    )
     broken_calls = []
 
     def broken():
@@ -127,10 +148,19 @@ def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch
     assert len(broken_calls) == MAX_STATE_FAILURES
 
 
-@pytest.mark.parametrize("content,expected", [
-    (None, None), (b"", None), (b"0\n", 0), (b"137", 137), (b"  1 \n", 1), (b"-1\n", -1),
-    (b"garbage\n", None), (b"\x00\xff", None),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (None, None),
+        (b"", None),
+        (b"0\n", 0),
+        (b"137", 137),
+        (b"  1 \n", 1),
+        (b"-1\n", -1),
+        (b"garbage\n", None),
+        (b"\x00\xff", None),
+    ],
+)
 def test_read_exit_code(transport, tmp_path, content, expected):
     path = tmp_path / "job.exit"
     if content is not None:

@@ -35,7 +35,7 @@ def _script(cluster, **kw) -> str:
 
 
 def _directives(text: str, prefix: str):
-    return [line[len(prefix) + 1:] for line in text.splitlines() if line.startswith(prefix + " ")]
+    return [line[len(prefix) + 1 :] for line in text.splitlines() if line.startswith(prefix + " ")]
 
 
 def _refused(cluster, **kw) -> str:
@@ -88,7 +88,9 @@ def test_tsubame4_resource_type_sets_the_ranks_per_node(queue, gpus, ranks):
 def test_tsubame4_refusals_name_the_fix():
     assert "above the node_f maximum of 24:00:00" in _refused("tsubame4", nodes=2, walltime="30h", group="g", **VENV)
     assert "use --nodes 64 or fewer" in _refused("tsubame4", nodes=65, group="g", **VENV)
-    assert "use --gpus-per-node 1 or fewer" in _refused("tsubame4", nodes=1, queue="node_q", gpus_per_node=2, group="g", **VENV)
+    assert "use --gpus-per-node 1 or fewer" in _refused(
+        "tsubame4", nodes=1, queue="node_q", gpus_per_node=2, group="g", **VENV
+    )
     line = _refused("tsubame4", nodes=1, queue="node_o", group="g", **VENV)  # a fraction of a GPU: not offered
     assert "unknown queue 'node_o'" in line and "node_f, node_h, node_q, gpu_1" in line
 
@@ -96,7 +98,7 @@ def test_tsubame4_refusals_name_the_fix():
 def test_tsubame4_launches_with_deepspeeds_openmpi_runner_from_pe_hostfile():
     text = _script("tsubame4", nodes=2, group="g", **VENV)
     assert "hpc-launch hostfile --from gridengine --slots 4" in text and '"$PE_HOSTFILE"' in text
-    assert "\ndeepspeed --hostfile \"$HOSTFILE\" --launcher openmpi --no_ssh_check " in text
+    assert '\ndeepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check ' in text
     assert "module load openmpi/5.0.2-gcc\n" in text
 
 
@@ -111,17 +113,25 @@ def test_aurora_prod_tier_refusal_names_the_tier_and_what_works():
     assert "visualization" not in line  # by request only: never suggested
 
 
-@pytest.mark.parametrize("nodes,walltime", [(256, "12h"), (1024, "12h"), (1025, "18h"), (1999, "18h"), (2000, "24h"), (10624, "24h")])
+@pytest.mark.parametrize(
+    "nodes,walltime", [(256, "12h"), (1024, "12h"), (1025, "18h"), (1999, "18h"), (2000, "24h"), (10624, "24h")]
+)
 def test_aurora_prod_accepts_every_tier_at_its_limit(nodes, walltime):
     assert _job("aurora", nodes=nodes, queue="prod", walltime=walltime, group="p", **VENV).nodes == nodes
 
 
 def test_aurora_queue_node_ranges_and_minimum_walltime():
     assert "below the prod minimum of 256 nodes" in _refused("aurora", nodes=100, queue="prod", group="p", **VENV)
-    assert "below the debug-scaling minimum of 2 nodes" in _refused("aurora", nodes=1, queue="debug-scaling", group="p", **VENV)
-    assert "use --nodes 2 or fewer, or another --queue" in _refused("aurora", nodes=4, group="p", **VENV)  # default: debug
+    assert "below the debug-scaling minimum of 2 nodes" in _refused(
+        "aurora", nodes=1, queue="debug-scaling", group="p", **VENV
+    )
+    assert "use --nodes 2 or fewer, or another --queue" in _refused(
+        "aurora", nodes=4, group="p", **VENV
+    )  # default: debug
     assert "--walltime 00:05:00 or more" in _refused("aurora", nodes=2, walltime="3m", group="p", **VENV)
-    assert "above the capacity limit of 16 nodes" in _refused("aurora", nodes=17, queue="capacity", walltime="100h", group="p", **VENV)
+    assert "above the capacity limit of 16 nodes" in _refused(
+        "aurora", nodes=17, queue="capacity", walltime="100h", group="p", **VENV
+    )
     assert "requires an ALCF project" in _refused("aurora", nodes=2, **VENV)
 
 
@@ -131,12 +141,14 @@ def test_aurora_twelve_ranks_per_node_each_bound_to_cores_of_its_tiles_socket():
     assert launch.startswith('mpiexec --envall -n "$WORLD_SIZE" --ppn 12 --hostfile "$NODELIST" --cpu-bind list:')
     sets = [_cpus(s) for s in re.search(r"--cpu-bind list:(\S+)", launch).group(1).split(":")]
     assert len(sets) == 12 and all(len(s) == 4 for s in sets)
-    assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1:])  # no core shared
+    assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])  # no core shared
     # tiles 0-5 (GPUs 0-2) hang off socket 0 (cores 0-51), tiles 6-11 off socket 1 (52-103);
     # cores 0 and 52 are the system's
     assert all(s <= set(range(1, 52)) for s in sets[:6]) and all(s <= set(range(53, 104)) for s in sets[6:])
     assert "WORLD_SIZE=$((NNODES * 12))" in text and "--slots 12 " in text
-    assert "--cpu-bind list:4-7:8-11:12-15:16-19:20-23:24-27 " in _script("aurora", nodes=1, gpus_per_node=6, group="p", **VENV)
+    assert "--cpu-bind list:4-7:8-11:12-15:16-19:20-23:24-27 " in _script(
+        "aurora", nodes=1, gpus_per_node=6, group="p", **VENV
+    )
 
 
 def test_aurora_script_loads_frameworks_under_the_venv_and_sets_oneccl():
@@ -146,9 +158,16 @@ def test_aurora_script_loads_frameworks_under_the_venv_and_sets_oneccl():
     for d in ("-l select=2", "-l place=scatter", "-l filesystems=home:flare", "-k doe", "-A p"):
         assert d in directives
     lines = text.splitlines()
-    assert lines.index("module load frameworks  # the python the virtualenv was made with") < lines.index("source /v/bin/activate")
-    for line in ("export CCL_PROCESS_LAUNCHER=pmix", "export CCL_ATL_TRANSPORT=mpi", "export CCL_KVS_MODE=mpi",
-                 "export FI_MR_CACHE_MONITOR=userfaultfd", "export DS_ACCELERATOR=xpu"):
+    assert lines.index("module load frameworks  # the python the virtualenv was made with") < lines.index(
+        "source /v/bin/activate"
+    )
+    for line in (
+        "export CCL_PROCESS_LAUNCHER=pmix",
+        "export CCL_ATL_TRANSPORT=mpi",
+        "export CCL_KVS_MODE=mpi",
+        "export FI_MR_CACHE_MONITOR=userfaultfd",
+        "export DS_ACCELERATOR=xpu",
+    ):
         assert line in lines
         assert lines.index(line) > lines.index("source /v/bin/activate")  # after the module: ours win
 
@@ -157,7 +176,9 @@ def test_aurora_script_loads_frameworks_under_the_venv_and_sets_oneccl():
 
 
 def test_perlmutter_asks_for_gpu_nodes_with_the_qos_and_account():
-    directives = _directives(_script("perlmutter", nodes=2, queue="regular", walltime="2h", group="m1234_g", **VENV), "#SBATCH")
+    directives = _directives(
+        _script("perlmutter", nodes=2, queue="regular", walltime="2h", group="m1234_g", **VENV), "#SBATCH"
+    )
     assert "--constraint=gpu" in directives and "--qos=regular" in directives and "--account=m1234_g" in directives
     assert {"--ntasks-per-node=4", "--cpus-per-task=32", "--gpus-per-node=4", "--time=02:00:00"} <= set(directives)
 
@@ -169,9 +190,13 @@ def test_perlmutter_defaults_to_debug_for_30_minutes_and_the_default_project():
 
 
 def test_perlmutter_qos_refusals_name_the_fix():
-    assert "above the debug limit of 8 nodes on perlmutter (use --nodes 8 or fewer" in _refused("perlmutter", nodes=16, **VENV)
+    assert "above the debug limit of 8 nodes on perlmutter (use --nodes 8 or fewer" in _refused(
+        "perlmutter", nodes=16, **VENV
+    )
     assert "(use --walltime 00:30:00 or less)" in _refused("perlmutter", nodes=2, walltime="1h", **VENV)
-    assert "(use --walltime 48:00:00 or less)" in _refused("perlmutter", nodes=2, queue="regular", walltime="72h", **VENV)
+    assert "(use --walltime 48:00:00 or less)" in _refused(
+        "perlmutter", nodes=2, queue="regular", walltime="72h", **VENV
+    )
     assert "above the preempt limit of 128 nodes" in _refused("perlmutter", nodes=129, queue="preempt", **VENV)
     assert "did you mean regular?" in _refused("perlmutter", nodes=2, queue="regulr", **VENV)
 
@@ -187,14 +212,26 @@ def test_perlmutter_ranks_see_every_gpu_of_their_node():
     assert 'srun --kill-on-bad-exit=1 --nodes="$NNODES" --ntasks-per-node=4 --gpu-bind=none \\\n' in text
     assert "--gpus-per-task" not in text  # per-task binding leaves each rank only device 0
     lines = text.splitlines()
-    assert lines.index("module load pytorch  # the python the virtualenv was made with") < lines.index("source /v/bin/activate")
+    assert lines.index("module load pytorch  # the python the virtualenv was made with") < lines.index(
+        "source /v/bin/activate"
+    )
 
 
 # ---- Frontier: Slurm, walltime bins by node count, 8 GCDs --------------------------------
 
 
-@pytest.mark.parametrize("nodes,ok,too_long", [(1, "2h", "02:01:00"), (91, "2h", "3h"), (92, "6h", "7h"), (183, "6h", "7h"),
-                                                (184, "12h", "13h"), (5000, "12h", "13h"), (9472, "12h", "13h")])
+@pytest.mark.parametrize(
+    "nodes,ok,too_long",
+    [
+        (1, "2h", "02:01:00"),
+        (91, "2h", "3h"),
+        (92, "6h", "7h"),
+        (183, "6h", "7h"),
+        (184, "12h", "13h"),
+        (5000, "12h", "13h"),
+        (9472, "12h", "13h"),
+    ],
+)
 def test_frontier_batch_walltime_bins_by_node_count(nodes, ok, too_long):
     assert _job("frontier", nodes=nodes, walltime=ok, group="abc123", **VENV).nodes == nodes
     line = _refused("frontier", nodes=nodes, walltime=too_long, group="abc123", **VENV)
@@ -204,22 +241,40 @@ def test_frontier_batch_walltime_bins_by_node_count(nodes, ok, too_long):
 def test_frontier_bin_refusal_names_a_shorter_time_a_bigger_bin_and_extended():
     line = _refused("frontier", nodes=64, walltime="4h", group="abc123", **VENV)
     assert "above the 02:00:00 that batch allows for 1-91 nodes on frontier" in line
-    assert "--walltime 02:00:00 or less" in line and "--nodes 92-183 (up to 06:00:00 on batch)" in line and "--queue extended" in line
+    assert (
+        "--walltime 02:00:00 or less" in line
+        and "--nodes 92-183 (up to 06:00:00 on batch)" in line
+        and "--queue extended" in line
+    )
     assert "qsub" not in line and "Job rejected" not in line  # a PBS message has no place on Slurm
     line = _refused("frontier", nodes=100, walltime="8h", group="abc123", **VENV)
-    assert "--nodes 184-1881 (up to 12:00:00 on batch)" in line and "extended" not in line  # 100 nodes: too many for extended
+    assert (
+        "--nodes 184-1881 (up to 12:00:00 on batch)" in line and "extended" not in line
+    )  # 100 nodes: too many for extended
 
 
 def test_frontier_extended_partition_limits():
     assert _job("frontier", nodes=64, queue="extended", walltime="24h", group="abc123", **VENV).queue == "extended"
-    assert "above the extended limit of 64 nodes" in _refused("frontier", nodes=65, queue="extended", group="abc123", **VENV)
-    assert "above the extended maximum of 24:00:00" in _refused("frontier", nodes=8, queue="extended", walltime="25h", group="abc123", **VENV)
+    assert "above the extended limit of 64 nodes" in _refused(
+        "frontier", nodes=65, queue="extended", group="abc123", **VENV
+    )
+    assert "above the extended maximum of 24:00:00" in _refused(
+        "frontier", nodes=8, queue="extended", walltime="25h", group="abc123", **VENV
+    )
     assert "requires an OLCF project" in _refused("frontier", nodes=2, **VENV)
 
 
 # OLCF's table: the cores of the L3 region attached to each GCD (frontier_user_guide.rst numa-note)
-FRONTIER_L3 = {0: range(48, 56), 1: range(56, 64), 2: range(16, 24), 3: range(24, 32),
-               4: range(0, 8), 5: range(8, 16), 6: range(32, 40), 7: range(40, 48)}
+FRONTIER_L3 = {
+    0: range(48, 56),
+    1: range(56, 64),
+    2: range(16, 24),
+    3: range(24, 32),
+    4: range(0, 8),
+    5: range(8, 16),
+    6: range(32, 40),
+    7: range(40, 48),
+}
 
 
 def test_frontier_rank_i_drives_gcd_i_from_the_seven_free_cores_next_to_it():
@@ -234,8 +289,14 @@ def test_frontier_rank_i_drives_gcd_i_from_the_seven_free_cores_next_to_it():
         region = set(FRONTIER_L3[gcd])
         assert cores == region - {min(region)}, gcd  # the first core of each region is the system's (-S 8)
     directives = _directives(text, "#SBATCH")
-    assert {"--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-node=8", "--partition=batch",
-            "--network=disable_rdzv_get", "--account=abc123"} <= set(directives)
+    assert {
+        "--ntasks-per-node=8",
+        "--cpus-per-task=7",
+        "--gpus-per-node=8",
+        "--partition=batch",
+        "--network=disable_rdzv_get",
+        "--account=abc123",
+    } <= set(directives)
 
 
 def test_frontier_rendezvous_on_the_slingshot_interface_and_rccl_settings():
@@ -258,7 +319,8 @@ def test_first_example_on_the_site_page_renders(site, hpc_launch_bin, tmp_path):
     argv = shlex.split(first)
     assert argv[:4] == ["hpc-launch", "submit", "-c", site] and argv[-1] == "-f", first
     env = scheduler_env_cleared()
-    r = subprocess.run([hpc_launch_bin, *argv[1:-1], "--dry-run"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [hpc_launch_bin, *argv[1:-1], "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert f"[{site}]" in r.stdout and "submit:" in r.stderr

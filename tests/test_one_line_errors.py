@@ -34,8 +34,11 @@ def _one_line(r, *needles, rc=None):
 def home(tmp_path):
     """A private config, state and cache dir, so a test can break them."""
     env = scheduler_env_cleared()
-    env.update(HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"), HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"),
-               XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.update(
+        HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"),
+        HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"),
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+    )
     (tmp_path / "work").mkdir()
     return tmp_path, env
 
@@ -46,13 +49,16 @@ def test_unbalanced_quotes_in_train_args(hpc_launch_bin, home):
     _one_line(r, "--train-args", "No closing quotation", rc=2)
 
 
-@pytest.mark.parametrize("yaml_text, needles", [
-    ("nodes: two\n", ["key `nodes`", "Expected `int"]),
-    ("nodez: 2\n", ["unknown key 'nodez'", "known keys"]),
-    ("env: [A, B]\n", ["key `env`", "Expected `object`"]),
-    ("train_args: \"--note 'x\"\n", ["key `train_args`", "No closing quotation"]),
-    ("nodes: [1\n", ["cannot read the project config"]),
-])
+@pytest.mark.parametrize(
+    "yaml_text, needles",
+    [
+        ("nodes: two\n", ["key `nodes`", "Expected `int"]),
+        ("nodez: 2\n", ["unknown key 'nodez'", "known keys"]),
+        ("env: [A, B]\n", ["key `env`", "Expected `object`"]),
+        ('train_args: "--note \'x"\n', ["key `train_args`", "No closing quotation"]),
+        ("nodes: [1\n", ["cannot read the project config"]),
+    ],
+)
 def test_type_mistakes_in_hpc_launch_yaml(hpc_launch_bin, home, yaml_text, needles):
     tmp, env = home
     (tmp / "work" / "hpc-launch.yaml").write_text(yaml_text)
@@ -80,7 +86,11 @@ def test_profile_with_invalid_utf8_breaks_only_itself(hpc_launch_bin, home):
     cdir = tmp / "config" / "clusters"
     cdir.mkdir(parents=True)
     (cdir / "abci.yaml").write_bytes(b"group: {default: g\xff}\n")
-    _one_line(_cli(hpc_launch_bin, "submit", "--cluster", "abci", "--dry-run", cwd=tmp / "work", env=env), "abci.yaml line 1", "not valid UTF-8")
+    _one_line(
+        _cli(hpc_launch_bin, "submit", "--cluster", "abci", "--dry-run", cwd=tmp / "work", env=env),
+        "abci.yaml line 1",
+        "not valid UTF-8",
+    )
     ok = _cli(hpc_launch_bin, "submit", "--cluster", "local", "--dry-run", cwd=tmp / "work", env=env)
     assert ok.returncode == 0, ok.stderr
 
@@ -90,7 +100,11 @@ def test_a_yaml_typo_in_one_override_breaks_only_that_cluster(hpc_launch_bin, ho
     cdir = tmp / "config" / "clusters"
     cdir.mkdir(parents=True)
     (cdir / "miyabi.yaml").write_text("group: {default: x\n")  # unclosed flow mapping
-    _one_line(_cli(hpc_launch_bin, "submit", "--cluster", "miyabi", "--dry-run", cwd=tmp / "work", env=env), "miyabi.yaml", "not valid YAML")
+    _one_line(
+        _cli(hpc_launch_bin, "submit", "--cluster", "miyabi", "--dry-run", cwd=tmp / "work", env=env),
+        "miyabi.yaml",
+        "not valid YAML",
+    )
     assert _cli(hpc_launch_bin, "submit", "--dry-run", cwd=tmp / "work", env=env).returncode == 0
     listing = _cli(hpc_launch_bin, "clusters", cwd=tmp / "work", env=env)
     assert listing.returncode == 0 and "broken" in listing.stdout and "local" in listing.stdout
@@ -99,7 +113,21 @@ def test_a_yaml_typo_in_one_override_breaks_only_that_cluster(hpc_launch_bin, ho
 @pytest.mark.parametrize("option", ["--group", "--queue"])
 def test_values_starting_with_a_dash_are_refused(hpc_launch_bin, home, option):
     tmp, env = home
-    r = _cli(hpc_launch_bin, "submit", "--cluster", "abci", "--group", "g1", option, "-x", "--venv", "/v", "--dry-run", cwd=tmp / "work", env=env)
+    r = _cli(
+        hpc_launch_bin,
+        "submit",
+        "--cluster",
+        "abci",
+        "--group",
+        "g1",
+        option,
+        "-x",
+        "--venv",
+        "/v",
+        "--dry-run",
+        cwd=tmp / "work",
+        env=env,
+    )
     _one_line(r, "'-x'", rc=2)
 
 
@@ -144,10 +172,21 @@ def test_logs_before_the_log_exists_exits_2_with_a_hint(hpc_launch_bin, home):
     tmp, env = home
     from hpc_launch.records import JobRecord, JobStore
 
-    JobStore(tmp / "state" / "jobs.sqlite").add(JobRecord(
-        job_id="77", cluster="local", dialect="none", host="localhost", name="train", workdir=str(tmp / "work"),
-        script_path=str(tmp / "work/.hpc-launch/train-x.sh"), log_path=str(tmp / "work/train.o77"),
-        exit_path=str(tmp / "work/train.o77.exitcode"), submit_time=1.0, state="queued"))
+    JobStore(tmp / "state" / "jobs.sqlite").add(
+        JobRecord(
+            job_id="77",
+            cluster="local",
+            dialect="none",
+            host="localhost",
+            name="train",
+            workdir=str(tmp / "work"),
+            script_path=str(tmp / "work/.hpc-launch/train-x.sh"),
+            log_path=str(tmp / "work/train.o77"),
+            exit_path=str(tmp / "work/train.o77.exitcode"),
+            submit_time=1.0,
+            state="queued",
+        )
+    )
     r = _cli(hpc_launch_bin, "logs", "77", cwd=tmp / "work", env=env)
     _one_line(r, "does not exist yet", "logs -f 77", rc=2)
 
@@ -170,7 +209,10 @@ def test_an_unexpected_error_is_one_line_and_the_traceback_is_one_variable_away(
         cli.main(["clusters"])
     err = capsys.readouterr().err
     assert exit_.value.code == 1
-    assert err.strip() == "hpc-launch: error: RuntimeError: something nobody foresaw (HPC_LAUNCH_DEBUG=1 shows the traceback; please report it if the cause is unclear)"
+    assert err.strip() == (
+        "hpc-launch: error: RuntimeError: something nobody foresaw (HPC_LAUNCH_DEBUG=1 shows the traceback; "
+        "please report it if the cause is unclear)"
+    )
     monkeypatch.setenv("HPC_LAUNCH_DEBUG", "1")
     with pytest.raises(RuntimeError, match="nobody foresaw"):
         cli.main(["clusters"])

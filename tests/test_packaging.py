@@ -18,7 +18,8 @@ def test_render_path_imports_no_torch_deepspeed_or_paramiko(tmp_path):
         "    main(['submit', '--cluster', 'abci', '--nodes', '9', '--group', 'g1', '--login', 'local', '--dry-run'])\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'deepspeed', 'paramiko', 'pydantic', 'numpy'))\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'deepspeed', 'paramiko', 'pydantic', 'numpy'))\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
@@ -30,13 +31,30 @@ def test_render_path_imports_no_torch_deepspeed_or_paramiko(tmp_path):
 def test_wheel_carries_profiles_and_templates_and_finds_them_outside_the_repo(tmp_path):
     wheel_dir = tmp_path / "wheel"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir), str(REPO)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
     )
     wheel = next(wheel_dir.glob("hpc_launch-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("hpc_launch/clusters/abci.yaml", "hpc_launch/clusters/local.yaml", "hpc_launch/templates/script.sh.j2",
-                   "hpc_launch/templates/body/launch/mpirun.sh.j2", "train/__main__.py"):
+    for needed in (
+        "hpc_launch/clusters/abci.yaml",
+        "hpc_launch/clusters/local.yaml",
+        "hpc_launch/templates/script.sh.j2",
+        "hpc_launch/templates/body/launch/mpirun.sh.j2",
+        "train/__main__.py",
+    ):
         assert needed in names, needed
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
@@ -47,8 +65,13 @@ def test_wheel_carries_profiles_and_templates_and_finds_them_outside_the_repo(tm
         "from hpc_launch.cli import main\n"
         "main(['submit', '--cluster', 'miyabi', '--nodes', '2', '--group', 'gc64', '--login', 'local', '--dry-run'])\n"
     ) % str(site)
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                       env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == str(site / "hpc_launch" / "clusters")

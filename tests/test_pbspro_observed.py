@@ -43,6 +43,7 @@ def case(*numbers: str):
             assert n not in CHECKS, f"{n} has two cases"
             CHECKS[n] = fn
         return fn
+
     return register
 
 
@@ -63,14 +64,38 @@ def submit(fx: Fixture):
 
 
 QSUB_ACCEPTED = {
-    "001": "51.pbshead", "002": "52.pbshead", "003": "53.pbshead", "006": "58.pbshead",
-    "007": "59[].pbshead", "008": "60[].pbshead", "013": "65.pbshead", "017": "67.pbshead",
-    "020": "69.pbshead", "027": "76.pbshead", "028": "77.pbshead", "031": "79.pbshead",
-    "032": "81.pbshead", "033": "83[].pbshead", "093": "95.pbshead", "103": "96.pbshead",
-    "104": "97.pbshead", "105": "98.pbshead", "112": "99.pbshead", "115": "100.pbshead",
-    "116": "101.pbshead", "117": "102.pbshead", "118": "103.pbshead", "119": "104.pbshead",
-    "141": "105.pbshead", "158": "108.pbshead", "161": "110.pbshead", "164": "112.pbshead",
-    "170": "113.pbshead", "182": "115.pbshead", "185": "116.pbshead", "189": "119.pbshead",
+    "001": "51.pbshead",
+    "002": "52.pbshead",
+    "003": "53.pbshead",
+    "006": "58.pbshead",
+    "007": "59[].pbshead",
+    "008": "60[].pbshead",
+    "013": "65.pbshead",
+    "017": "67.pbshead",
+    "020": "69.pbshead",
+    "027": "76.pbshead",
+    "028": "77.pbshead",
+    "031": "79.pbshead",
+    "032": "81.pbshead",
+    "033": "83[].pbshead",
+    "093": "95.pbshead",
+    "103": "96.pbshead",
+    "104": "97.pbshead",
+    "105": "98.pbshead",
+    "112": "99.pbshead",
+    "115": "100.pbshead",
+    "116": "101.pbshead",
+    "117": "102.pbshead",
+    "118": "103.pbshead",
+    "119": "104.pbshead",
+    "141": "105.pbshead",
+    "158": "108.pbshead",
+    "161": "110.pbshead",
+    "164": "112.pbshead",
+    "170": "113.pbshead",
+    "182": "115.pbshead",
+    "185": "116.pbshead",
+    "189": "119.pbshead",
     "190": "120.pbshead",
 }
 
@@ -127,46 +152,128 @@ def check_qsub_refused(fx: Fixture):
 # ---- qstat -f (text): the status of each job -----------------------------------------------
 
 
-def expect(state: JobState, code: Optional[int] = None, *, raw: str = "", comment: Optional[str] = None,
-           never: bool = False, ended: bool = False):
+def expect(
+    state: JobState,
+    code: Optional[int] = None,
+    *,
+    raw: str = "",
+    comment: Optional[str] = None,
+    never: bool = False,
+    ended: bool = False,
+):
     return dict(state=state, code=code, raw=raw, comment=comment, never=never, ended=ended)
 
 
 QSTAT_F = {
-    "014": {"65.pbshead": expect(QUEUED, raw="Q", never=True, comment="Can Never Run: Not enough total nodes available")},
+    "014": {
+        "65.pbshead": expect(QUEUED, raw="Q", never=True, comment="Can Never Run: Not enough total nodes available")
+    },
     # the wrap fell mid-number: "A: 3" + TAB + "2 T: 32)"
-    "018": {"67.pbshead": expect(QUEUED, raw="Q", never=True, comment="Can Never Run: Insufficient amount of resource: ncpus (R: 64 A: 32 T: 32)")},
+    "018": {
+        "67.pbshead": expect(
+            QUEUED,
+            raw="Q",
+            never=True,
+            comment="Can Never Run: Insufficient amount of resource: ncpus (R: 64 A: 32 T: 32)",
+        )
+    },
     "021": {"69.pbshead": expect(QUEUED, raw="Q", comment="Not Running: Queue not started.")},
-    "029": {"77.pbshead": expect(FAILED, raw="F", comment="never ran: dependency afterok:99999.pbshead@pbshead not satisfied")},
+    "029": {
+        "77.pbshead": expect(
+            FAILED, raw="F", comment="never ran: dependency afterok:99999.pbshead@pbshead not satisfied"
+        )
+    },
     "038": {"82[].pbshead": expect(RUNNING, raw="B", comment="Job Array Began at Sun Nov 22 at 22:25")},
     "040": {"82[1].pbshead": expect(RUNNING, raw="R", comment="Job run at Sun Nov 22 at 22:25 on (pbshead:ncpus=1)")},
     "042": {"80.pbshead": expect(RUNNING, raw="R", comment="Job run at Sun Nov 22 at 22:25 on (pbshead:ncpus=1)")},
     "045": {"81.pbshead": expect(QUEUED, raw="H", comment="")},
     "046": {"83[].pbshead": expect(QUEUED, raw="H", comment="")},
     # the wrap fell right after a space: "A: 28 " + TAB + "T: 32)"
-    "048": {"84.pbshead": expect(QUEUED, raw="Q", comment="Not Running: Insufficient amount of resource: ncpus (R: 32 A: 28 T: 32)")},
-    "049": {"85.pbshead": expect(TIMEOUT, -29, raw="F", comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and exceeded resource walltime")},
-    "051": {"88.pbshead": expect(FAILED, 1, raw="F", comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and failed")},
-    "053": {"51.pbshead": expect(DONE, 0, raw="F", comment="Job run at Sun Nov 22 at 22:23 on (pbshead:ncpus=1) and finished")},
-    "057": {"78.pbshead": expect(FAILED, 3, raw="F", comment="Job run at Sun Nov 22 at 22:25 on (pbshead:ncpus=1) and failed")},
+    "048": {
+        "84.pbshead": expect(
+            QUEUED, raw="Q", comment="Not Running: Insufficient amount of resource: ncpus (R: 32 A: 28 T: 32)"
+        )
+    },
+    "049": {
+        "85.pbshead": expect(
+            TIMEOUT,
+            -29,
+            raw="F",
+            comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and exceeded resource walltime",
+        )
+    },
+    "051": {
+        "88.pbshead": expect(
+            FAILED, 1, raw="F", comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and failed"
+        )
+    },
+    "053": {
+        "51.pbshead": expect(
+            DONE, 0, raw="F", comment="Job run at Sun Nov 22 at 22:23 on (pbshead:ncpus=1) and finished"
+        )
+    },
+    "057": {
+        "78.pbshead": expect(
+            FAILED, 3, raw="F", comment="Job run at Sun Nov 22 at 22:25 on (pbshead:ncpus=1) and failed"
+        )
+    },
     # qdel is asynchronous: still R 8 s later, the comment already says so
-    "060": {"89.pbshead": expect(RUNNING, raw="R", comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and terminated by pbsuser@pbshead")},
-    "062": {"84.pbshead": expect(CANCELLED, raw="F", comment="Not Running: Insufficient amount of resource: ncpus (R: 32 A: 25 T: 32) and terminated")},
-    "067": {"89.pbshead": expect(CANCELLED, 271, raw="F", comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and terminated by pbsuser@pbshead")},
+    "060": {
+        "89.pbshead": expect(
+            RUNNING,
+            raw="R",
+            comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and terminated by pbsuser@pbshead",
+        )
+    },
+    "062": {
+        "84.pbshead": expect(
+            CANCELLED,
+            raw="F",
+            comment="Not Running: Insufficient amount of resource: ncpus (R: 32 A: 25 T: 32) and terminated",
+        )
+    },
+    "067": {
+        "89.pbshead": expect(
+            CANCELLED,
+            271,
+            raw="F",
+            comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1) and terminated by pbsuser@pbshead",
+        )
+    },
     # an array parent's Exit_status is not its subjobs' (0 here, 0 with a failed subjob in 072, 1 after qdel in 078)
     "069": {"82[].pbshead": expect(DONE, None, raw="F", comment="Job Array Began at Sun Nov 22 at 22:25 and finished")},
     "070": {"82[1].pbshead": expect(DONE, 0, raw="F")},
     "072": {"90[].pbshead": expect(FAILED, None, raw="F", comment="Job Array Began at Sun Nov 22 at 22:27 and failed")},
     "073": {"90[2].pbshead": expect(FAILED, 3, raw="F")},
-    "078": {"91[].pbshead": expect(CANCELLED, None, raw="F", comment="Job Array Began at Sun Nov 22 at 22:27 and terminated")},
+    "078": {
+        "91[].pbshead": expect(
+            CANCELLED, None, raw="F", comment="Job Array Began at Sun Nov 22 at 22:27 and terminated"
+        )
+    },
     "079": {"91[2].pbshead": expect(CANCELLED, 271, raw="F")},
     "080": {"86.pbshead": expect(RUNNING, raw="R")},  # over its mem limit, not enforced here
-    "083": {"86.pbshead": expect(CANCELLED, 265, raw="F", comment="Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1:mem=102400kb) and terminated by pbsuser@pbshead")},
+    "083": {
+        "86.pbshead": expect(
+            CANCELLED,
+            265,
+            raw="F",
+            comment=(
+                "Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1:mem=102400kb) and terminated by pbsuser@pbshead"
+            ),
+        )
+    },
     "084": {"94.pbshead": expect(RUNNING, raw="E")},  # Exit_status is set already, but E is not an end
     "086": {"78.pbshead": expect(FAILED, 3, raw="F"), "80.pbshead": expect(RUNNING, raw="R")},
     "094": {"95.pbshead": expect(RUNNING, raw="R")},
     "095": {"95.pbshead": expect(RUNNING, raw="R")},
-    "107": {"96.pbshead": expect(DONE, 0, raw="F", comment="Job run at Sun Nov 22 at 22:30 on (pbshead:ncpus=1)+(pbsmom2:ncpus=1) and finished")},
+    "107": {
+        "96.pbshead": expect(
+            DONE,
+            0,
+            raw="F",
+            comment="Job run at Sun Nov 22 at 22:30 on (pbshead:ncpus=1)+(pbsmom2:ncpus=1) and finished",
+        )
+    },
     "109": {"97.pbshead": expect(DONE, 0, raw="F")},
     "111": {"98.pbshead": expect(DONE, 0, raw="F")},
     "113": {"99.pbshead": expect(DONE, 0, raw="F")},
@@ -177,7 +284,11 @@ QSTAT_F = {
     "159": {"108.pbshead": expect(RUNNING, raw="R")},  # substate 41: just started
     "162": {"110.pbshead": expect(RUNNING, raw="R", comment="Job run at Sun Nov 22 at 22:33 on (pbshead:ncpus=1)")},
     "165": {"112.pbshead": expect(QUEUED, raw="H", comment="")},  # dependency hold (substate 22)
-    "168": {"112.pbshead": expect(FAILED, raw="F", comment="never ran: dependency afterok:111.pbshead@pbshead not satisfied")},
+    "168": {
+        "112.pbshead": expect(
+            FAILED, raw="F", comment="never ran: dependency afterok:111.pbshead@pbshead not satisfied"
+        )
+    },
     "183": {"115.pbshead": expect(DONE, 0, raw="F")},
     "184": {"115.pbshead": expect(DONE, 0, raw="F")},  # a manager sees more attributes, same verdict
     "186": {"116.pbshead": expect(DONE, 0, raw="F")},
@@ -192,7 +303,13 @@ def check_qstat_f(fx: Fixture):
     assert set(got) == set(wanted)  # 99999 (unknown, rc 153) is absent: it left the scheduler
     for job_id, e in wanted.items():
         info = got[job_id]
-        assert (info.state, info.exit_code, info.raw, info.never_runs, info.ended) == (e["state"], e["code"], e["raw"], e["never"], e["ended"]), job_id
+        assert (info.state, info.exit_code, info.raw, info.never_runs, info.ended) == (
+            e["state"],
+            e["code"],
+            e["raw"],
+            e["never"],
+            e["ended"],
+        ), job_id
         assert info.active == (e["state"] in (QUEUED, RUNNING)), job_id
         if e["comment"] is not None:
             assert info.comment == e["comment"], job_id
@@ -216,7 +333,9 @@ def _raw_newline(fx: Fixture):
     got = variable_list(attrs["Variable_List"])
     assert got["BASH_FUNC_myfunc%%"] == '() {  echo "quoted \\"x\\""\n}'  # the function qsub -V copied
     assert got["_"] == "/opt/pbs/bin/qsub" and got["PBS_O_HOST"] == "pbshead"
-    assert got["PATH"] == "/opt/pbs/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games:/opt/pbs/bin"  # wrapped mid-word
+    assert (
+        got["PATH"] == "/opt/pbs/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games:/opt/pbs/bin"
+    )  # wrapped mid-word
     assert attrs["comment"].startswith("Job run at") and attrs["run_count"] == "1"  # nothing after it was lost
 
 
@@ -243,9 +362,16 @@ def _manager_view(fx: Fixture):
     assert "euser" not in job(load("183"), "115.pbshead")
 
 
-EXTRA = {"094": _variable_list_has_secret, "095": _variable_list_has_secret, "159": _wraps_and_escapes,
-         "162": _raw_newline, "165": _tab_only_line, "109": _packed_chunks, "107": _scattered_chunks,
-         "184": _manager_view}
+EXTRA = {
+    "094": _variable_list_has_secret,
+    "095": _variable_list_has_secret,
+    "159": _wraps_and_escapes,
+    "162": _raw_newline,
+    "165": _tab_only_line,
+    "109": _packed_chunks,
+    "107": _scattered_chunks,
+    "184": _manager_view,
+}
 
 
 # ---- qstat tables: parsed by the header's columns -------------------------------------------
@@ -253,12 +379,40 @@ EXTRA = {"094": _variable_list_has_secret, "095": _variable_list_has_secret, "15
 LETTER_STATE = {"Q": QUEUED, "H": QUEUED, "R": RUNNING, "B": RUNNING, "E": RUNNING}
 
 QSTAT_TABLE = {
-    "034": {"65.pbshead": "Q", "67.pbshead": "Q", "80.pbshead": "R", "81.pbshead": "H", "82[].pbshead": "B", "83[].pbshead": "H", "84.pbshead": "Q"},
-    "035": {"65.pbshead": "Q", "67.pbshead": "Q", "80.pbshead": "R", "81.pbshead": "H", "82[].pbshead": "B", "82[1].pbshead": "R",
-            "82[2].pbshead": "R", "82[3].pbshead": "R", "83[].pbshead": "H", "83[1].pbshead": "Q", "83[2].pbshead": "Q",
-            "83[3].pbshead": "Q", "84.pbshead": "Q"},
+    "034": {
+        "65.pbshead": "Q",
+        "67.pbshead": "Q",
+        "80.pbshead": "R",
+        "81.pbshead": "H",
+        "82[].pbshead": "B",
+        "83[].pbshead": "H",
+        "84.pbshead": "Q",
+    },
+    "035": {
+        "65.pbshead": "Q",
+        "67.pbshead": "Q",
+        "80.pbshead": "R",
+        "81.pbshead": "H",
+        "82[].pbshead": "B",
+        "82[1].pbshead": "R",
+        "82[2].pbshead": "R",
+        "82[3].pbshead": "R",
+        "83[].pbshead": "H",
+        "83[1].pbshead": "Q",
+        "83[2].pbshead": "Q",
+        "83[3].pbshead": "Q",
+        "84.pbshead": "Q",
+    },
     "036": {"82[].pbshead": "B", "83[].pbshead": "H"},
-    "037": {"65.pbshead": "Q", "67.pbshead": "Q", "80.pbshead": "R", "81.pbshead": "H", "82[].pbshead": "B", "83[].pbshead": "H", "84.pbshead": "Q"},
+    "037": {
+        "65.pbshead": "Q",
+        "67.pbshead": "Q",
+        "80.pbshead": "R",
+        "81.pbshead": "H",
+        "82[].pbshead": "B",
+        "83[].pbshead": "H",
+        "84.pbshead": "Q",
+    },
     "041": {"82[].pbshead": "B", "82[1].pbshead": "R", "82[2].pbshead": "R", "82[3].pbshead": "R"},
     "044": {"80.pbshead": "R"},
     "047": {"83[].pbshead": "H", "83[1].pbshead": "Q", "83[2].pbshead": "Q", "83[3].pbshead": "Q"},
@@ -377,13 +531,21 @@ def same_as_text(json_fx: Fixture, text_fx: Fixture, job_id: str, kind: str = "J
     assert flat == {k: text[k] for k in flat}
     if "Variable_List" in data:  # JSON keeps \" and \\ escapes but not \, ones: compare unescaped
         ours = variable_list(text["Variable_List"])
-        assert {k: re.sub(r"\\(.)", r"\1", str(v), flags=re.S) for k, v in data["Variable_List"].items()} == {k: ours[k] for k in data["Variable_List"]}
+        assert {k: re.sub(r"\\(.)", r"\1", str(v), flags=re.S) for k, v in data["Variable_List"].items()} == {
+            k: ours[k] for k in data["Variable_List"]
+        }
     return data
 
 
-JSON_TWINS = {"015": ("014", "65.pbshead"), "039": ("038", "82[].pbshead"), "043": ("042", "80.pbshead"),
-              "058": ("057", "78.pbshead"), "096": ("095", "95.pbshead"), "160": ("159", "108.pbshead"),
-              "163": ("162", "110.pbshead")}
+JSON_TWINS = {
+    "015": ("014", "65.pbshead"),
+    "039": ("038", "82[].pbshead"),
+    "043": ("042", "80.pbshead"),
+    "058": ("057", "78.pbshead"),
+    "096": ("095", "95.pbshead"),
+    "160": ("159", "108.pbshead"),
+    "163": ("162", "110.pbshead"),
+}
 
 
 @case(*JSON_TWINS)
@@ -438,7 +600,11 @@ def check_queue_table(fx: Fixture):
 
 @case("131")
 def check_queue_limits_table(fx: Fixture):
-    rows = {line.split()[0]: line.split() for line in fx.out.splitlines() if line[:1].isalpha() and not line.startswith("Queue")}
+    rows = {
+        line.split()[0]: line.split()
+        for line in fx.out.splitlines()
+        if line[:1].isalpha() and not line.startswith("Queue")
+    }
     assert rows["rt_HF"][3] == "168:00:0"  # cut to 8 characters: read limits from -Qf, never from -q
     assert rows["debug"][4] == "2"  # max nodect
 
@@ -455,8 +621,14 @@ def check_server_attributes(fx: Fixture):
 # ---- qdel ------------------------------------------------------------------------------------
 
 QDEL = {
-    "059": (True, False, ""), "061": (True, False, ""), "065": (True, False, ""), "074": (True, False, ""),
-    "075": (True, False, ""), "081": (True, False, ""), "082": (True, False, ""), "155": (True, False, ""),
+    "059": (True, False, ""),
+    "061": (True, False, ""),
+    "065": (True, False, ""),
+    "074": (True, False, ""),
+    "075": (True, False, ""),
+    "081": (True, False, ""),
+    "082": (True, False, ""),
+    "155": (True, False, ""),
     "181": (True, False, ""),
     "063": (False, True, "qdel: Job has finished 51.pbshead"),  # rc 35, history on
     "064": (False, True, "qdel: Unknown Job Id 99999.pbshead"),  # rc 153
@@ -534,8 +706,10 @@ def nodefile_of(fx: Fixture) -> list:
 
 def job_num_in_bash(env: Dict[str, str]) -> str:
     """Our job_num_expr, run by bash under `set -u` with the job's own variables."""
-    script = f"set -u; JOB_NUM={D.job_num_expr}; printf %s \"$JOB_NUM\""
-    return subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True).stdout
+    script = f'set -u; JOB_NUM={D.job_num_expr}; printf %s "$JOB_NUM"'
+    return subprocess.run(
+        ["bash", "-c", script], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True
+    ).stdout
 
 
 @case("076", "106", "108", "110", "114")
@@ -552,12 +726,20 @@ def check_job_env(fx: Fixture):
         f.flush()
         source, hosts = D.nodes_from_env({"PBS_NODEFILE": f.name})
     assert source == "$PBS_NODEFILE"
-    expected = {"076": {"pbshead": 1}, "106": {"pbshead": 2, "pbsmom2": 2}, "108": {"pbshead": 4},
-                "110": {"pbshead": 4}, "114": {"pbshead": 2, "pbsmom2": 2}}[fx.name[:3]]
+    expected = {
+        "076": {"pbshead": 1},
+        "106": {"pbshead": 2, "pbsmom2": 2},
+        "108": {"pbshead": 4},
+        "110": {"pbshead": 4},
+        "114": {"pbshead": 2, "pbsmom2": 2},
+    }[fx.name[:3]]
     assert dict(hosts) == expected  # 108: place=free packed 2 chunks on 1 host (issue 7 B2)
     other = dict(re.findall(r"(?m)^(NCPUS|OMP_NUM_THREADS)=(\d+)$", fx.out))
     if fx.name.startswith("110"):  # ompthreads, not ncpus, sets NCPUS and OMP_NUM_THREADS
-        assert other == {"NCPUS": "2", "OMP_NUM_THREADS": "2"} and "ompthreads=2" in job(load("111"), "98.pbshead")["Resource_List.select"]
+        assert (
+            other == {"NCPUS": "2", "OMP_NUM_THREADS": "2"}
+            and "ompthreads=2" in job(load("111"), "98.pbshead")["Resource_List.select"]
+        )
 
 
 @case("050")
@@ -589,7 +771,9 @@ def check_output_files(fx: Fixture):
     def log(name, job_id):
         return f"/home/pbsuser/work/{name}.o{D.job_num(job_id)}"
 
-    assert log("keepoed", "100.pbshead") in names and log("keepdoe", "101.pbshead") in names  # -k oed/doe: live at the final path
+    assert (
+        log("keepoed", "100.pbshead") in names and log("keepdoe", "101.pbshead") in names
+    )  # -k oed/doe: live at the final path
     assert log("keepoe", "102.pbshead") not in names  # -k oe: kept in $HOME on the execution host
     running = fx.name.startswith("120")
     assert (log("joinoe", "103.pbshead") in names) is not running  # spooled, copied at the end
@@ -599,7 +783,12 @@ def check_output_files(fx: Fixture):
 @case("121", "125", "126")
 def check_output_contents(fx: Fixture):
     lines = fx.out.splitlines()
-    assert lines[:2] == ["line on stdout", "line on stderr"] or lines == ["line on stdout", "done", "===", "line on stderr"]
+    assert lines[:2] == ["line on stdout", "line on stderr"] or lines == [
+        "line on stdout",
+        "done",
+        "===",
+        "line on stderr",
+    ]
     if "joinoe" in fx.command:  # -j oe (what submit_flags asks for): both streams in NAME.oNUM
         assert lines == ["line on stdout", "line on stderr", "done"] and ["-j", "oe"] == D.submit_flags("x")[2:]
 
@@ -663,20 +852,23 @@ def test_history_on_several_jobs_in_one_query_with_an_unknown_one():
     assert "99999.pbshead" not in got  # rc 153 only means it left: the exit-code file decides
 
 
-@pytest.mark.parametrize("number,job_id,state,code", [
-    ("053", "51.pbshead", DONE, 0),
-    ("057", "78.pbshead", FAILED, 3),
-    ("051", "88.pbshead", FAILED, 1),  # pvmem rlimit: the program failed by itself
-    ("049", "85.pbshead", TIMEOUT, -29),  # walltime kill: not a cancel
-    ("067", "89.pbshead", CANCELLED, 271),  # qdel of a running job
-    ("083", "86.pbshead", CANCELLED, 265),  # qdel -W force
-    ("062", "84.pbshead", CANCELLED, None),  # deleted while queued: never ran, not "done"
-    ("029", "77.pbshead", FAILED, None),  # dependency on a job that never existed: never ran
-    ("168", "112.pbshead", FAILED, None),  # afterok parent failed: never ran
-    ("070", "82[1].pbshead", DONE, 0),  # a subjob tracked by itself
-    ("073", "90[2].pbshead", FAILED, 3),
-    ("079", "91[2].pbshead", CANCELLED, 271),
-])
+@pytest.mark.parametrize(
+    "number,job_id,state,code",
+    [
+        ("053", "51.pbshead", DONE, 0),
+        ("057", "78.pbshead", FAILED, 3),
+        ("051", "88.pbshead", FAILED, 1),  # pvmem rlimit: the program failed by itself
+        ("049", "85.pbshead", TIMEOUT, -29),  # walltime kill: not a cancel
+        ("067", "89.pbshead", CANCELLED, 271),  # qdel of a running job
+        ("083", "86.pbshead", CANCELLED, 265),  # qdel -W force
+        ("062", "84.pbshead", CANCELLED, None),  # deleted while queued: never ran, not "done"
+        ("029", "77.pbshead", FAILED, None),  # dependency on a job that never existed: never ran
+        ("168", "112.pbshead", FAILED, None),  # afterok parent failed: never ran
+        ("070", "82[1].pbshead", DONE, 0),  # a subjob tracked by itself
+        ("073", "90[2].pbshead", FAILED, 3),
+        ("079", "91[2].pbshead", CANCELLED, 271),
+    ],
+)
 def test_history_on_finished(number, job_id, state, code):
     run = Replay.of(load(number))
     info = D.query(run, [job_id])[job_id]
@@ -691,8 +883,15 @@ def test_history_on_qdel_is_asynchronous():
     assert (later.state, later.exit_code) == (CANCELLED, 271)
 
 
-@pytest.mark.parametrize("number,job_id,never", [("014", "65.pbshead", True), ("018", "67.pbshead", True),
-                                                  ("021", "69.pbshead", False), ("048", "84.pbshead", False)])
+@pytest.mark.parametrize(
+    "number,job_id,never",
+    [
+        ("014", "65.pbshead", True),
+        ("018", "67.pbshead", True),
+        ("021", "69.pbshead", False),
+        ("048", "84.pbshead", False),
+    ],
+)
 def test_history_on_scheduler_reason(number, job_id, never):
     info = D.query(alias(D.status_argv([job_id]), load(number)), [job_id])[job_id]
     assert info.state == QUEUED and info.active and info.never_runs is never
@@ -801,13 +1000,26 @@ def test_array_without_subjob_records_keeps_the_parents_substate():
 def block(letter: str, **attrs: str) -> str:
     """042's running job with its state (and attributes) changed, for letters not recorded."""
     text = re.sub(r"job_state = R", f"job_state = {letter}", load("042").out)
-    return text.replace("    run_count = 1\n", "".join(f"    {k} = {v}\n" for k, v in attrs.items()) + "    run_count = 1\n")
+    return text.replace(
+        "    run_count = 1\n", "".join(f"    {k} = {v}\n" for k, v in attrs.items()) + "    run_count = 1\n"
+    )
 
 
-@pytest.mark.parametrize("letter,state", [
-    ("Q", QUEUED), ("H", QUEUED), ("W", QUEUED), ("T", QUEUED), ("S", QUEUED), ("U", QUEUED), ("M", QUEUED),
-    ("R", RUNNING), ("E", RUNNING), ("B", RUNNING),
-])
+@pytest.mark.parametrize(
+    "letter,state",
+    [
+        ("Q", QUEUED),
+        ("H", QUEUED),
+        ("W", QUEUED),
+        ("T", QUEUED),
+        ("S", QUEUED),
+        ("U", QUEUED),
+        ("M", QUEUED),
+        ("R", RUNNING),
+        ("E", RUNNING),
+        ("B", RUNNING),
+    ],
+)
 def test_every_live_letter_is_mapped(letter, state):
     info = D.parse_status(block(letter), ["80.pbshead"])["80.pbshead"]
     assert (info.state, info.active, info.raw) == (state, True, letter)
@@ -815,7 +1027,9 @@ def test_every_live_letter_is_mapped(letter, state):
 
 def test_moved_job_is_not_unknown_and_keeps_its_reason():
     # M: moved to another server (svr_jobfunc.c sets the comment); it runs there, it did not end
-    text = block("M").replace("comment = Job run at Sun Nov 22 at 22:25 on (pbshead:ncpus=1)", 'comment = Job has been moved to "workq@pbs2"')
+    text = block("M").replace(
+        "comment = Job run at Sun Nov 22 at 22:25 on (pbshead:ncpus=1)", 'comment = Job has been moved to "workq@pbs2"'
+    )
     info = D.parse_status(text, ["80.pbshead"])["80.pbshead"]
     assert info.state == QUEUED and info.active and info.comment == 'Job has been moved to "workq@pbs2"'
 
@@ -831,12 +1045,22 @@ def test_expired_subjob_resolves_like_finished():
     assert (info.state, info.exit_code) == (FAILED, 3)
 
 
-@pytest.mark.parametrize("code,state", [
-    (0, DONE), (3, FAILED), (271, CANCELLED), (265, CANCELLED), (-29, TIMEOUT),
-    (-11, FAILED),  # JOB_EXEC_RERUN on F: a non-rerunnable job deleted on requeue; a rerun job is Q again
-    (-27, FAILED), (-26, FAILED), (-28, FAILED), (-24, FAILED),  # mem, vmem, cput, ncpus kills: failures
-    (143, FAILED),  # our script's TERM trap: jobs.py turns it into cancelled only when a cancel was asked
-])
+@pytest.mark.parametrize(
+    "code,state",
+    [
+        (0, DONE),
+        (3, FAILED),
+        (271, CANCELLED),
+        (265, CANCELLED),
+        (-29, TIMEOUT),
+        (-11, FAILED),  # JOB_EXEC_RERUN on F: a non-rerunnable job deleted on requeue; a rerun job is Q again
+        (-27, FAILED),
+        (-26, FAILED),
+        (-28, FAILED),
+        (-24, FAILED),  # mem, vmem, cput, ncpus kills: failures
+        (143, FAILED),  # our script's TERM trap: jobs.py turns it into cancelled only when a cancel was asked
+    ],
+)
 def test_exit_state(code, state):
     assert D.exit_state(code) == state
 
@@ -850,7 +1074,11 @@ def test_rerun_job_is_queued_again_not_timed_out():
 
 def test_resource_limit_kill_is_a_failure_not_a_cancel():
     # svr_jobfunc.c update_job_finish_comment: Exit_status -27 -> "... and exceeded resource mem"
-    text = load("049").out.replace("Exit_status = -29", "Exit_status = -27").replace("exceeded \n\tresource walltime", "exceeded \n\tresource mem")
+    text = (
+        load("049")
+        .out.replace("Exit_status = -29", "Exit_status = -27")
+        .replace("exceeded \n\tresource walltime", "exceeded \n\tresource mem")
+    )
     info = D.parse_status(text, ["85.pbshead"])["85.pbshead"]
     assert (info.state, info.exit_code) == (FAILED, -27) and info.comment.endswith("exceeded resource mem")
     mem = kill_reason("line\n=>> PBS: job killed: mem 1048576kb exceeded limit 102400kb\n")  # mom_main.c format
@@ -867,25 +1095,38 @@ def test_subjob_reported_from_its_parent():
 # ---- submit output, names --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("out,expected", [
-    ("51.pbshead\n", "51.pbshead"),
-    ("Welcome to the login node\n51.pbshead\n", "51.pbshead"),  # a leading noise line
-    ("51.pbshead\nqsub: WARNING: project not set\n", "51.pbshead"),  # a trailing one
-    ("59[].pbshead\n", "59[].pbshead"),
-    ("19\n", "19"),  # Slurm's qsub wrapper
-])
+@pytest.mark.parametrize(
+    "out,expected",
+    [
+        ("51.pbshead\n", "51.pbshead"),
+        ("Welcome to the login node\n51.pbshead\n", "51.pbshead"),  # a leading noise line
+        ("51.pbshead\nqsub: WARNING: project not set\n", "51.pbshead"),  # a trailing one
+        ("59[].pbshead\n", "59[].pbshead"),
+        ("19\n", "19"),  # Slurm's qsub wrapper
+    ],
+)
 def test_parse_submit_accepts(out, expected):
     assert D.parse_submit(out) == expected
 
 
-@pytest.mark.parametrize("out", ["", "qsub: Unknown queue\n", "10.0.0.1\n", "Job 51 submitted\n", "59[2].pbshead\n", "51.pbshead extra\n"])
+@pytest.mark.parametrize(
+    "out", ["", "qsub: Unknown queue\n", "10.0.0.1\n", "Job 51 submitted\n", "59[2].pbshead\n", "51.pbshead extra\n"]
+)
 def test_parse_submit_never_accepts_garbage(out):
     with pytest.raises(SchedulerError, match="could not find the job id"):
         D.parse_submit(out)
 
 
-@pytest.mark.parametrize("job_id,num", [("51.pbshead", "51"), ("16[].pbshead", "16"), ("16[3].pbshead", "16.3"), ("21", "21"),
-                                        ("349710.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov", "349710")])
+@pytest.mark.parametrize(
+    "job_id,num",
+    [
+        ("51.pbshead", "51"),
+        ("16[].pbshead", "16"),
+        ("16[3].pbshead", "16.3"),
+        ("21", "21"),
+        ("349710.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov", "349710"),
+    ],
+)
 def test_job_num_in_python_and_in_the_script_agree(job_id, num):
     assert D.job_num(job_id) == num
     env = {"PBS_JOBID": job_id}

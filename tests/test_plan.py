@@ -11,9 +11,10 @@ def test_meta_count_matches_a_real_build():
     from train.models import build_model
 
     real = build_model("resnet18", 1000)
-    assert count_params("resnet18") == (sum(p.numel() for p in real.parameters()),
-                                        max(sum(p.numel() for p in m.parameters(recurse=False))
-                                            for m in real.modules()))
+    assert count_params("resnet18") == (
+        sum(p.numel() for p in real.parameters()),
+        max(sum(p.numel() for p in m.parameters(recurse=False)) for m in real.modules()),
+    )
     assert count_params("resnet50")[0] == 25_557_032  # torchvision's published size
 
 

@@ -32,7 +32,10 @@ def _listen(port, **kw):
 def test_named_workers_announce_in_any_order_and_the_hostfile_keeps_the_given_order(tmp_path):
     port = _port()
     t, out = _listen(port, expect=["pod2", "pod3"], count=0, timeout=20)
-    assert gather.announce("127.0.0.1", port, name="pod3", address="10.0.0.13", timeout=10, retry_every=0.05) == ("pod3", "10.0.0.13")
+    assert gather.announce("127.0.0.1", port, name="pod3", address="10.0.0.13", timeout=10, retry_every=0.05) == (
+        "pod3",
+        "10.0.0.13",
+    )
     gather.announce("127.0.0.1", port, name="pod2", address="10.0.0.12", timeout=10, retry_every=0.05)
     t.join(10)
     assert out["result"] == ({"pod3": "10.0.0.13", "pod2": "10.0.0.12"}, [])
@@ -41,7 +44,9 @@ def test_named_workers_announce_in_any_order_and_the_hostfile_keeps_the_given_or
 def test_announce_waits_for_a_listener_that_starts_later_and_defaults_to_its_own_address():
     port = _port()
     result = {}
-    worker = threading.Thread(target=lambda: result.update(r=gather.announce("127.0.0.1", port, name="w1", timeout=10, retry_every=0.05)))
+    worker = threading.Thread(
+        target=lambda: result.update(r=gather.announce("127.0.0.1", port, name="w1", timeout=10, retry_every=0.05))
+    )
     worker.start()
     threading.Event().wait(0.3)  # the worker is already retrying
     got, missing = gather.listen(port, expect=[], count=1, timeout=10, bind="127.0.0.1")
@@ -60,16 +65,37 @@ def test_missing_workers_are_named_and_strangers_refused(tmp_path):
 
 
 def test_listen_command_names_the_pods_that_did_not_report(tmp_path, capsys):
-    rc = gather._main(["listen", "--port", str(_port()), "--self", "10.0.0.11", "--expect", "pod2,pod3", "--timeout", "0.3",
-                       "-o", str(tmp_path / "hostfile")])
+    rc = gather._main(
+        [
+            "listen",
+            "--port",
+            str(_port()),
+            "--self",
+            "10.0.0.11",
+            "--expect",
+            "pod2,pod3",
+            "--timeout",
+            "0.3",
+            "-o",
+            str(tmp_path / "hostfile"),
+        ]
+    )
     assert rc == 3 and not (tmp_path / "hostfile").exists()
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "error: pod2, pod3 did not announce within 0 s" in err and "hpc-launch announce 10.0.0.11:" in err
 
 
-@pytest.mark.parametrize("line", ["hpc-launch-announce pod2", "hpc-launch-announce pod2 10.0.0.1; rm", "hpc-launch-announce -x 10.0.0.1",
-                                  "hello pod2 10.0.0.1", "hpc-launch-announce pod2 $(id)"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "hpc-launch-announce pod2",
+        "hpc-launch-announce pod2 10.0.0.1; rm",
+        "hpc-launch-announce -x 10.0.0.1",
+        "hello pod2 10.0.0.1",
+        "hpc-launch-announce pod2 $(id)",
+    ],
+)
 def test_announcements_that_are_not_a_name_and_an_address_are_ignored(line):
     assert gather.parse_line(line) is None
 
@@ -78,15 +104,18 @@ def _pods(**kw) -> JobSpec:
     return JobSpec(**{"cluster": "pods", "workdir": "/w", **kw})
 
 
-@pytest.mark.parametrize("spec, message", [
-    (_pods(hosts=["a", "b"], env={"X": "$(id)"}), "the value of X holds"),
-    (_pods(hosts=["a", "b"], env={"X": "a\"b"}), "the value of X holds"),
-    (_pods(hosts=["a", "b"], env={"X": " lead"}), "the value of X holds"),
-    (_pods(gather=29400), "--gather with one node"),
-    (_pods(gather=80, nodes=2), "the port must be 1024-65535"),
-    (JobSpec(cluster="slurm", gather=29400, nodes=2, workdir="/w"), "--gather is for machines with no scheduler"),
-    (_pods(), "pods has no node list"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (_pods(hosts=["a", "b"], env={"X": "$(id)"}), "the value of X holds"),
+        (_pods(hosts=["a", "b"], env={"X": 'a"b'}), "the value of X holds"),
+        (_pods(hosts=["a", "b"], env={"X": " lead"}), "the value of X holds"),
+        (_pods(gather=29400), "--gather with one node"),
+        (_pods(gather=80, nodes=2), "the port must be 1024-65535"),
+        (JobSpec(cluster="slurm", gather=29400, nodes=2, workdir="/w"), "--gather is for machines with no scheduler"),
+        (_pods(), "pods has no node list"),
+    ],
+)
 def test_bad_pods_jobs_stop_before_anything_is_written(spec, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace("$", r"\$")) as exc:
         resolve(spec, profiles.load(spec.cluster))
@@ -101,7 +130,7 @@ def test_a_value_the_remote_shell_would_read_is_fine_on_one_node():
 def test_gathered_script_listens_then_launches_and_passes_shellcheck(tmp_path):
     job = resolve(_pods(hosts=["pod1", "pod2", "pod3"], gather=29400), profiles.load("pods"))
     text = render(job, stamp="20260101-000000-000").text
-    assert "-m hpc_launch.gather listen --port 29400 --self \"$HPC_LAUNCH_SELF\" --expect pod2,pod3 --count 2" in text
+    assert '-m hpc_launch.gather listen --port 29400 --self "$HPC_LAUNCH_SELF" --expect pod2,pod3 --count 2' in text
     assert "printf '%s slots=1\\n' pod1" not in text  # the hostfile comes from the announcements
     counted = render(resolve(_pods(nodes=3, gather=29400), profiles.load("pods")), stamp="20260101-000000-000").text
     assert "--expect '' --count 2" in counted
@@ -118,7 +147,9 @@ def test_the_job_line_with_its_start_time_still_names_the_script_for_the_log_rea
 
     text = render(resolve(_pods(hosts=["a"]), profiles.load("pods")), stamp="20260101-000000-000").text
     echo = next(line for line in text.splitlines() if line.startswith('echo "[hpc-launch] job'))
-    out = subprocess.run(["bash", "-c", f"JOB_ID=7 HPC_LAUNCH_SCRIPT=train-x.sh; {echo}"], capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"JOB_ID=7 HPC_LAUNCH_SCRIPT=train-x.sh; {echo}"], capture_output=True, check=True
+    ).stdout
     m = JOB_LINE.search(out)
     assert m and m.group(1) == b"train-x.sh", out
     assert b", t=" in out

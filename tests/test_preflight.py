@@ -13,8 +13,18 @@ from train.dist import PreflightError
 
 
 def _facts(rank, host, local_rank, *, threads=1, cpus=None, local_size=None, device=None, if_problem=None):
-    return {"rank": rank, "host": host, "local_rank": local_rank, "local_size": local_size, "threads": threads,
-            "cpus": list(cpus if cpus is not None else (local_rank,)), "device": device, "ifname": "eth0", "if_problem": if_problem, "source": "test"}
+    return {
+        "rank": rank,
+        "host": host,
+        "local_rank": local_rank,
+        "local_size": local_size,
+        "threads": threads,
+        "cpus": list(cpus if cpus is not None else (local_rank,)),
+        "device": device,
+        "ifname": "eth0",
+        "if_problem": if_problem,
+        "source": "test",
+    }
 
 
 # ---- discovery -----------------------------------------------------------------------------------
@@ -22,8 +32,13 @@ def _facts(rank, host, local_rank, *, threads=1, cpus=None, local_size=None, dev
 
 def test_aurora_ranks_under_pals_mpiexec_learn_the_world_from_the_job_script():
     # What ALCF's Aurora mpiexec sets: PMIX_RANK and PALS_*, no world size anywhere.
-    env = {"PMIX_RANK": "13", "PALS_RANKID": "13", "PALS_LOCAL_RANKID": "1", "PALS_LOCAL_SIZE": "12",
-           protocol.ENV_WORLD_SIZE: "24"}
+    env = {
+        "PMIX_RANK": "13",
+        "PALS_RANKID": "13",
+        "PALS_LOCAL_RANKID": "1",
+        "PALS_LOCAL_SIZE": "12",
+        protocol.ENV_WORLD_SIZE: "24",
+    }
     info = dist.discover(env)
     assert (info.rank, info.world_size, info.local_rank, info.local_size, info.source) == (13, 24, 1, 12, "pmix")
 
@@ -52,10 +67,13 @@ def test_a_world_other_than_the_one_asked_for_is_refused():
         dist.discover({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", protocol.ENV_WORLD_SIZE: "8"})
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"PMI_RANK": "x", "PMI_SIZE": "2"}, "not a number"),
-    ({"RANK": "5", "WORLD_SIZE": "4"}, "rank 5 in a world of 4"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"PMI_RANK": "x", "PMI_SIZE": "2"}, "not a number"),
+        ({"RANK": "5", "WORLD_SIZE": "4"}, "rank 5 in a world of 4"),
+    ],
+)
 def test_nonsense_from_a_launcher_is_named(env, message):
     with pytest.raises(PreflightError, match=message):
         dist.discover(env)
@@ -71,7 +89,9 @@ def test_every_launcher_in_the_registry_names_a_rank_convention_the_entrypoint_r
 
 
 def test_a_right_world_passes():
-    facts = [_facts(r, f"n{r // 2}", r % 2, cpus=(2 * (r % 2), 2 * (r % 2) + 1), threads=2, local_size=2) for r in range(4)]
+    facts = [
+        _facts(r, f"n{r // 2}", r % 2, cpus=(2 * (r % 2), 2 * (r % 2) + 1), threads=2, local_size=2) for r in range(4)
+    ]
     assert preflight.check(facts, world=4, ranks_per_node=2) == []
 
 
@@ -98,8 +118,11 @@ def test_unbound_ranks_that_oversubscribe_their_node_are_named():
 
 
 def test_a_host_with_the_wrong_rank_count_or_a_missing_interface_is_named():
-    facts = [_facts(0, "n1", 0), _facts(1, "n2", 0, if_problem="interface hsn0 does not exist (this host has: lo, eth0)"),
-             _facts(2, "n2", 1, if_problem="interface hsn0 does not exist (this host has: lo, eth0)")]
+    facts = [
+        _facts(0, "n1", 0),
+        _facts(1, "n2", 0, if_problem="interface hsn0 does not exist (this host has: lo, eth0)"),
+        _facts(2, "n2", 1, if_problem="interface hsn0 does not exist (this host has: lo, eth0)"),
+    ]
     problems = preflight.check(facts, world=3, ranks_per_node=2)
     assert [(p.host, p.bad_host) for p in problems] == [("n1", False), ("n2", True)]
     assert "1 rank(s) (0) on this host, the job planned 2 per node" in problems[0].fact
@@ -114,8 +137,10 @@ def test_missing_ranks_in_the_gathered_world_are_named():
 def test_the_verdict_names_every_problem_and_reports_bad_hosts(tmp_path, monkeypatch, capsys):
     bad = tmp_path / "job.badhosts"
     monkeypatch.setenv(protocol.ENV_BAD_HOSTS, str(bad))
-    problems = [preflight.Problem("n2", "interface hsn0 is down", "set net_if", bad_host=True),
-                preflight.Problem("n1", "rank 0 runs 16 threads in a 8-CPU binding", "set OMP_NUM_THREADS=8")]
+    problems = [
+        preflight.Problem("n2", "interface hsn0 is down", "set net_if", bad_host=True),
+        preflight.Problem("n1", "rank 0 runs 16 threads in a 8-CPU binding", "set OMP_NUM_THREADS=8"),
+    ]
     verdict = preflight._fail(problems)
     err = capsys.readouterr().err
     assert verdict == "the job is not what was asked on n2: interface hsn0 is down (and 1 more problem above)"

@@ -27,7 +27,9 @@ def cache_home(tmp_path, monkeypatch):
 
 
 def _load_in_new_process(name: str) -> tuple:
-    out = subprocess.run([sys.executable, "-c", LOAD_AND_REPORT, name], capture_output=True, text=True, check=True, env=os.environ.copy())
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_REPORT, name], capture_output=True, text=True, check=True, env=os.environ.copy()
+    )
     group, yaml_imported = out.stdout.split()
     return group, yaml_imported == "True"
 

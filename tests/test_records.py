@@ -15,9 +15,19 @@ from hpc_launch.states import JobState
 
 
 def rec(job_id: str, cluster: str = "polaris", t: float = 1000.0, **kw) -> JobRecord:
-    return JobRecord(job_id=job_id, cluster=cluster, dialect="pbspro", host="polaris-login", name="train",
-                     workdir="/scratch/run", script_path="/scratch/run/job.sh", log_path="/scratch/run/job.log",
-                     exit_path="/scratch/run/job.exit", submit_time=t, **kw)
+    return JobRecord(
+        job_id=job_id,
+        cluster=cluster,
+        dialect="pbspro",
+        host="polaris-login",
+        name="train",
+        workdir="/scratch/run",
+        script_path="/scratch/run/job.sh",
+        log_path="/scratch/run/job.log",
+        exit_path="/scratch/run/job.exit",
+        submit_time=t,
+        **kw,
+    )
 
 
 def test_roundtrip_keeps_every_field(tmp_path):

@@ -20,7 +20,9 @@ UPDATE = os.environ.get("HPC_LAUNCH_UPDATE_GOLDEN") == "1"
 # One realistic request per site (the first is the issue's own example).
 CASES = {
     "abci": JobSpec(cluster="abci", nodes=9, group="gcb50389", venv="/groups/gcb50389/venv"),
-    "abci2": JobSpec(cluster="abci2", nodes=9, group="gcb50389", name="tutorial", walltime="0:7:00", venv="/work/project/work"),
+    "abci2": JobSpec(
+        cluster="abci2", nodes=9, group="gcb50389", name="tutorial", walltime="0:7:00", venv="/work/project/work"
+    ),
     "miyabi": JobSpec(cluster="miyabi", nodes=2, group="gc64", queue="short-g", venv="/work/gc64/venv"),
     "polaris": JobSpec(cluster="polaris", nodes=2, group="datascience", walltime="30m"),
     "thetagpu": JobSpec(cluster="thetagpu", nodes=2, group="SDL_Workshop", walltime="0:10:00"),
@@ -29,9 +31,20 @@ CASES = {
     "slurm-chain": JobSpec(cluster="slurm", nodes=2, queue=None, walltime="1h", chain=3),
     "pods": JobSpec(cluster="pods", nodes=3, hosts=["10.0.0.11", "10.0.0.12", "10.0.0.13"]),
     "local": JobSpec(cluster="local", nodes=1, venv="/opt/venv"),
-    "tsubame4": JobSpec(cluster="tsubame4", nodes=2, group="tga-mygroup", walltime="2h", venv="/gs/fs/tga-mygroup/venv"),
-    "aurora": JobSpec(cluster="aurora", nodes=2, group="datascience", walltime="30m", venv="/flare/datascience/venvs/ds"),
-    "perlmutter": JobSpec(cluster="perlmutter", nodes=2, group="m1234_g", queue="regular", walltime="2h", venv="/global/common/software/m1234/venv"),
+    "tsubame4": JobSpec(
+        cluster="tsubame4", nodes=2, group="tga-mygroup", walltime="2h", venv="/gs/fs/tga-mygroup/venv"
+    ),
+    "aurora": JobSpec(
+        cluster="aurora", nodes=2, group="datascience", walltime="30m", venv="/flare/datascience/venvs/ds"
+    ),
+    "perlmutter": JobSpec(
+        cluster="perlmutter",
+        nodes=2,
+        group="m1234_g",
+        queue="regular",
+        walltime="2h",
+        venv="/global/common/software/m1234/venv",
+    ),
     "frontier": JobSpec(cluster="frontier", nodes=2, group="abc123", venv="/lustre/orion/abc123/proj-shared/venvs/ds"),
     # PBS cannot exclude hosts: one spare node, the job trains on the two that pass its check
     "polaris-spares": JobSpec(cluster="polaris", nodes=2, spares=1, group="datascience", walltime="30m"),
@@ -55,7 +68,9 @@ def test_script_matches_golden(name):
     golden = GOLDEN / f"{name}.sh"
     if UPDATE or not golden.exists():
         golden.write_text(text)
-    assert text == golden.read_text(), f"{name}: rendered script differs from {golden} (HPC_LAUNCH_UPDATE_GOLDEN=1 to accept)"
+    assert text == golden.read_text(), (
+        f"{name}: rendered script differs from {golden} (HPC_LAUNCH_UPDATE_GOLDEN=1 to accept)"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -80,7 +95,7 @@ def test_abci_script_is_what_an_abci3_user_would_submit():
     # directives form one block at the top: PBS stops reading them at the first command
     first_cmd = next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
     assert all(lines.index(d) < first_cmd for d in directives)
-    assert "mpirun -np \"$WORLD_SIZE\" --npernode 8" in text
+    assert 'mpirun -np "$WORLD_SIZE" --npernode 8' in text
     assert "source /etc/profile.d/modules.sh" in text
 
 

@@ -40,8 +40,12 @@ def stubs(tmp_path):
 def _script(cluster: str, tmp: Path, stubs: Path, **spec) -> Path:
     # no site module system here: the site's `module` init line and loads are left out
     profile = profiles.load(cluster)
-    profile = msgspec.structs.replace(profile, modules=profiles.Modules(), python=msgspec.structs.replace(profile.python, modules=[]))
-    job = resolve(JobSpec(cluster=cluster, workdir=str(tmp), venv=str(stubs / "venv"), group="g1", modules=[], **spec), profile)
+    profile = msgspec.structs.replace(
+        profile, modules=profiles.Modules(), python=msgspec.structs.replace(profile.python, modules=[])
+    )
+    job = resolve(
+        JobSpec(cluster=cluster, workdir=str(tmp), venv=str(stubs / "venv"), group="g1", modules=[], **spec), profile
+    )
     path = tmp / "job.sh"
     path.write_text(render(job, stamp="t").text)
     return path
@@ -137,17 +141,32 @@ def test_an_earlier_jobs_exit_code_file_is_not_this_jobs(tmp_path):
     assert read_exit_code(t, str(path), "train-new.sh") == 0
 
 
-@pytest.mark.parametrize("verdict, launcher_exit, job_exit", [(124, 143, 124), (78, 1, 78), (None, 143, 143), (124, 0, 0)])
-def test_the_job_ends_with_the_code_a_rank_reported_not_the_launchers(tmp_path, stubs, verdict, launcher_exit, job_exit):
+@pytest.mark.parametrize(
+    "verdict, launcher_exit, job_exit", [(124, 143, 124), (78, 1, 78), (None, 143, 143), (124, 0, 0)]
+)
+def test_the_job_ends_with_the_code_a_rank_reported_not_the_launchers(
+    tmp_path, stubs, verdict, launcher_exit, job_exit
+):
     """Seen on the testbed: the watchdog's rank exited 124, srun then terminated the other ranks and
     returned 143, and the job was reported as killed by a SIGTERM nobody sent."""
     import sys
 
-    report = f'"{sys.executable}" -c "from hpc_launch import protocol; protocol.report_verdict({verdict})"\n' if verdict else ""
+    report = (
+        f'"{sys.executable}" -c "from hpc_launch import protocol; protocol.report_verdict({verdict})"\n'
+        if verdict
+        else ""
+    )
     (stubs / "mpiexec").write_text(f"#!/bin/sh\n{report}exit {launcher_exit}\n")
     nodefile = tmp_path / "nodes"
     nodefile.write_text("x1\nx2\n")
     path = _script("polaris", tmp_path, stubs, nodes=2)
-    r = _run(path, tmp_path, stubs, PBS_JOBID="77.polaris-pbs-01", PBS_NODEFILE=str(nodefile), PYTHONPATH=str(Path(__file__).parents[1]))
+    r = _run(
+        path,
+        tmp_path,
+        stubs,
+        PBS_JOBID="77.polaris-pbs-01",
+        PBS_NODEFILE=str(nodefile),
+        PYTHONPATH=str(Path(__file__).parents[1]),
+    )
     assert r.returncode == job_exit, r.stderr
     assert (tmp_path / "train.o77.exitcode").read_text().split()[0] == str(job_exit)

@@ -60,7 +60,12 @@ def _run_block(tmp_path, names, file_bytes: Optional[bytes], also=()):
     if file_bytes is not None:
         secrets_file.write_bytes(file_bytes)
     dump = "\n".join(f'if [ -n "${{{n}+set}}" ]; then printf %s "${n}" > out.{n}; fi' for n in [*names, *also])
-    body = f"set -Eeo pipefail\nWORKDIR={tmp_path}\ncd \"$WORKDIR\"\nHPC_LAUNCH_SCRIPT={script.script_name}\n" + _secrets_block(script.text) + dump + "\n"
+    body = (
+        f'set -Eeo pipefail\nWORKDIR={tmp_path}\ncd "$WORKDIR"\nHPC_LAUNCH_SCRIPT={script.script_name}\n'
+        + _secrets_block(script.text)
+        + dump
+        + "\n"
+    )
     env = {k: v for k, v in os.environ.items() if k not in names and k != "LD_PRELOAD"}
     r = subprocess.run(["bash", "-c", body], cwd=tmp_path, env=env, capture_output=True, timeout=30)
     return r, secrets_file
@@ -177,8 +182,18 @@ def test_submit_writes_the_file_first_and_keeps_the_value_off_argv_and_env(clust
     from hpc_launch.records import JobStore
 
     monkeypatch.setenv("MY_TOKEN", SECRET)
-    out = {"slurm": "Submitted batch job 42\n", "abci2": 'Your job 42 ("train") has been submitted\n'}.get(cluster, "42\n")
-    spec = JobSpec(cluster=cluster, nodes=1, group="g1", pass_env=["MY_TOKEN"], workdir=str(tmp_path), venv="/opt/venv", login="local")
+    out = {"slurm": "Submitted batch job 42\n", "abci2": 'Your job 42 ("train") has been submitted\n'}.get(
+        cluster, "42\n"
+    )
+    spec = JobSpec(
+        cluster=cluster,
+        nodes=1,
+        group="g1",
+        pass_env=["MY_TOKEN"],
+        workdir=str(tmp_path),
+        venv="/opt/venv",
+        login="local",
+    )
     t = RecordingTransport(CommandResult(0, out, ""))
     store = JobStore(tmp_path / "jobs.sqlite")
     rec = submit(prepare(spec, stamp=STAMP), transport=t, store=store)
@@ -202,7 +217,15 @@ def test_submit_writes_the_file_first_and_keeps_the_value_off_argv_and_env(clust
 
 def test_a_refused_submit_removes_the_secrets_file(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_TOKEN", SECRET)
-    spec = JobSpec(cluster="abci", nodes=1, group="g1", pass_env=["MY_TOKEN"], workdir=str(tmp_path), venv="/opt/venv", login="local")
+    spec = JobSpec(
+        cluster="abci",
+        nodes=1,
+        group="g1",
+        pass_env=["MY_TOKEN"],
+        workdir=str(tmp_path),
+        venv="/opt/venv",
+        login="local",
+    )
     t = RecordingTransport(CommandResult(1, "", "qsub: Unknown queue\n"))
     prepared = prepare(spec, stamp=STAMP)
     with pytest.raises(SchedulerError):
@@ -220,7 +243,15 @@ def test_a_refused_submit_removes_the_real_file(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fake_qsub.parent}:{os.environ['PATH']}")
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "activate").write_text("")
-    spec = JobSpec(cluster="abci", nodes=1, group="g1", pass_env=["MY_TOKEN"], workdir=str(tmp_path / "w"), venv=str(tmp_path / "venv"), login="local")
+    spec = JobSpec(
+        cluster="abci",
+        nodes=1,
+        group="g1",
+        pass_env=["MY_TOKEN"],
+        workdir=str(tmp_path / "w"),
+        venv=str(tmp_path / "venv"),
+        login="local",
+    )
     (tmp_path / "w").mkdir()
     with pytest.raises(SchedulerError):
         submit(prepare(spec, stamp=STAMP), transport=LocalTransport(), sleep=lambda s: None)
@@ -229,7 +260,9 @@ def test_a_refused_submit_removes_the_real_file(tmp_path, monkeypatch):
 
 def test_the_local_submit_command_runs_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_TOKEN", SECRET)
-    r = LocalTransport().run(["bash", "-c", 'echo "${MY_TOKEN-unset}"; echo "$KEEP"'], env={"MY_TOKEN": None, "KEEP": "k"})
+    r = LocalTransport().run(
+        ["bash", "-c", 'echo "${MY_TOKEN-unset}"; echo "$KEEP"'], env={"MY_TOKEN": None, "KEEP": "k"}
+    )
     assert r.out == "unset\nk\n"
 
 

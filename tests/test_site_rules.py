@@ -53,9 +53,9 @@ def test_polaris_prod_small_tier_refuses_more_than_three_hours_and_names_what_wo
     assert "above the 03:00:00 that prod allows for 10-24 nodes" in line
     assert "Job rejected by all possible destinations" in line and "small" in line
     assert "--walltime 03:00:00 or less" in line
-    assert "--nodes 25-99" in line            # the nearest tier that allows 6 h
-    assert "--queue preemptable" in line      # 1-10 nodes, 72 h
-    assert "demand" not in line               # by request only: never suggested
+    assert "--nodes 25-99" in line  # the nearest tier that allows 6 h
+    assert "--queue preemptable" in line  # 1-10 nodes, 72 h
+    assert "demand" not in line  # by request only: never suggested
 
 
 @pytest.mark.parametrize("nodes,walltime,fix", [(30, "7h", "--nodes 100-496"), (120, "25h", None)])
@@ -92,9 +92,15 @@ def test_polaris_script_is_a_bash_login_shell():
 
 def test_polaris_alcf_nccl_environment_and_aws_ofi_plugin_path(tmp_path):
     text = _script("polaris", nodes=2, group="p")
-    for line in ("export NCCL_NET_GDR_LEVEL=PHB", "export NCCL_CROSS_NIC=1", "export NCCL_COLLNET_ENABLE=1",
-                 "export NCCL_NET='AWS Libfabric'", "export FI_CXI_DISABLE_HOST_REGISTER=1",
-                 "export FI_MR_CACHE_MONITOR=userfaultfd", "export FI_CXI_DEFAULT_CQ_SIZE=131072"):
+    for line in (
+        "export NCCL_NET_GDR_LEVEL=PHB",
+        "export NCCL_CROSS_NIC=1",
+        "export NCCL_COLLNET_ENABLE=1",
+        "export NCCL_NET='AWS Libfabric'",
+        "export FI_CXI_DISABLE_HOST_REGISTER=1",
+        "export FI_MR_CACHE_MONITOR=userfaultfd",
+        "export FI_CXI_DEFAULT_CQ_SIZE=131072",
+    ):
         assert line + "\n" in text
     export = next(line for line in text.splitlines() if line.startswith("export LD_LIBRARY_PATH="))
     body = f"{export}\nprintf '%s' \"$LD_LIBRARY_PATH\"\n"
@@ -124,7 +130,9 @@ def test_cpu_bind_must_cover_every_rank(tmp_path):
 @pytest.mark.parametrize("queue,limit", [("debug-g", 16), ("short-g", 8), ("regular-g", 256)])
 def test_miyabi_queue_node_limits(queue, limit):
     assert _job("miyabi", nodes=limit, queue=queue, walltime="20m", group="g", venv="/v").nodes == limit
-    assert f"above the {queue} limit of {limit} nodes" in _refused("miyabi", nodes=limit + 1, queue=queue, walltime="20m", group="g", venv="/v")
+    assert f"above the {queue} limit of {limit} nodes" in _refused(
+        "miyabi", nodes=limit + 1, queue=queue, walltime="20m", group="g", venv="/v"
+    )
 
 
 def test_miyabi_regular_g_above_128_nodes_is_capped_at_24_hours():
@@ -145,7 +153,9 @@ def test_miyabi_unsets_nv_hpcx_env_list_after_the_modules_and_before_mpirun():
 def test_unset_env_takes_variable_names_only(tmp_path):
     bad = tmp_path / "miyabi.yaml"
     bad.write_text("launch: {unset_env: ['FOO; rm -rf ~']}\n")
-    with pytest.raises(ProfileError, match=r"miyabi.yaml: key `launch`: unset_env: 'FOO; rm -rf ~' is not a variable name"):
+    with pytest.raises(
+        ProfileError, match=r"miyabi.yaml: key `launch`: unset_env: 'FOO; rm -rf ~' is not a variable name"
+    ):
         profiles.load("miyabi", profile_file=str(bad))
 
 
@@ -158,11 +168,14 @@ def test_multi_chunk_pbs_sites_ask_for_one_chunk_per_node(cluster, kw):
     assert "#PBS -l place=scatter\n" in text
 
 
-@pytest.mark.parametrize("kw,select", [
-    ({}, "select=2:mpiprocs=8:ompthreads=12"),                     # AIST aiaccel: 96 cores / 8 ranks
-    ({"gpus_per_node": 4}, "select=2:mpiprocs=4:ompthreads=24"),
-    ({"queue": "rt_HG", "nodes": 1}, "select=1:mpiprocs=1:ompthreads=8"),  # aiaccel rt_HG: 8
-])
+@pytest.mark.parametrize(
+    "kw,select",
+    [
+        ({}, "select=2:mpiprocs=8:ompthreads=12"),  # AIST aiaccel: 96 cores / 8 ranks
+        ({"gpus_per_node": 4}, "select=2:mpiprocs=4:ompthreads=24"),
+        ({"queue": "rt_HG", "nodes": 1}, "select=1:mpiprocs=1:ompthreads=8"),  # aiaccel rt_HG: 8
+    ],
+)
 def test_abci_asks_pbs_for_threads_per_rank(kw, select):
     kw = {"nodes": 2, **kw}
     assert f"#PBS -l {select}\n" in _script("abci", group="g", venv="/v", **kw)
@@ -249,16 +262,29 @@ def test_own_script_does_not_get_the_profile_train_args():
 # ---- the schema: errors name the file and the key ------------------------------------------
 
 
-@pytest.mark.parametrize("yaml_text,words", [
-    ("queues: {prod: {tiers: [{min_nodes: 30, max_nodes: 20, max_walltime: '1:00:00'}]}}\n", ["queues", "min_nodes is above max_nodes"]),
-    ("queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_walltime: '3:00:00'}, {min_nodes: 25, max_nodes: 99, max_walltime: '6:00:00'}]}}\n", ["overlap"]),
-    ("queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_walltime: 'soon'}]}}\n", ["malformed walltime"]),
-    ("queues: {debug: {min_walltime: 'x'}}\n", ["queues", "malformed walltime"]),
-    ("queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_wall: '3:00:00'}]}}\n", ["tiers", "max_wall", "not a known key"]),
-    ("paths: {LD_LIBRARY_PATH: ['/a:/b']}\n", ["paths.LD_LIBRARY_PATH", "one directory"]),
-    ("launch: {cpu_bind: ['0-7; reboot']}\n", ["launch", "not a CPU list"]),
-    ("launch: {launcher: mpirun, cpu_bind: ['0-7']}\n", ["launch", "not rendered by the mpirun launcher"]),
-])
+@pytest.mark.parametrize(
+    "yaml_text,words",
+    [
+        (
+            "queues: {prod: {tiers: [{min_nodes: 30, max_nodes: 20, max_walltime: '1:00:00'}]}}\n",
+            ["queues", "min_nodes is above max_nodes"],
+        ),
+        (
+            "queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_walltime: '3:00:00'}, {min_nodes: 25, "
+            "max_nodes: 99, max_walltime: '6:00:00'}]}}\n",
+            ["overlap"],
+        ),
+        ("queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_walltime: 'soon'}]}}\n", ["malformed walltime"]),
+        ("queues: {debug: {min_walltime: 'x'}}\n", ["queues", "malformed walltime"]),
+        (
+            "queues: {prod: {tiers: [{min_nodes: 10, max_nodes: 30, max_wall: '3:00:00'}]}}\n",
+            ["tiers", "max_wall", "not a known key"],
+        ),
+        ("paths: {LD_LIBRARY_PATH: ['/a:/b']}\n", ["paths.LD_LIBRARY_PATH", "one directory"]),
+        ("launch: {cpu_bind: ['0-7; reboot']}\n", ["launch", "not a CPU list"]),
+        ("launch: {launcher: mpirun, cpu_bind: ['0-7']}\n", ["launch", "not rendered by the mpirun launcher"]),
+    ],
+)
 def test_bad_site_rules_in_a_profile_name_file_and_key(tmp_path, yaml_text, words):
     bad = tmp_path / "polaris.yaml"
     bad.write_text(yaml_text)
@@ -271,15 +297,42 @@ def test_bad_site_rules_in_a_profile_name_file_and_key(tmp_path, yaml_text, word
 
 
 def test_cli_refuses_a_polaris_tier_violation_in_one_line_before_writing(tmp_path, hpc_launch_bin):
-    r = subprocess.run([hpc_launch_bin, "submit", "-c", "polaris", "-n", "10", "-q", "prod", "-t", "6h", "-P", "p", "--login", "local"],
-                       cwd=tmp_path, capture_output=True, text=True, env=scheduler_env_cleared(), timeout=60)
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "submit",
+            "-c",
+            "polaris",
+            "-n",
+            "10",
+            "-q",
+            "prod",
+            "-t",
+            "6h",
+            "-P",
+            "p",
+            "--login",
+            "local",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=scheduler_env_cleared(),
+        timeout=60,
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "--walltime 03:00:00 or less" in r.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_refuses_a_remote_abci_job_without_a_venv_in_one_line(tmp_path, hpc_launch_bin):
-    r = subprocess.run([hpc_launch_bin, "submit", "-c", "abci", "-n", "1", "-P", "g", "--login", "abci-remote", "--dry-run"],
-                       cwd=tmp_path, capture_output=True, text=True, env=scheduler_env_cleared(), timeout=60)
+    r = subprocess.run(
+        [hpc_launch_bin, "submit", "-c", "abci", "-n", "1", "-P", "g", "--login", "abci-remote", "--dry-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=scheduler_env_cleared(),
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stdout == "", r.stderr
     assert r.stderr.count("\n") == 1 and "pass --venv PATH" in r.stderr

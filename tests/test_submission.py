@@ -68,8 +68,19 @@ def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, serv
     remote = f".hpc-launch-test-{uuid.uuid4().hex[:8]}"  # relative: under the remote user's home
     env = _env(tmp_path, HPC_LAUNCH_SSH_CONFIG=str(server.ssh_config))
     (tmp_path / "mine.py").write_text("print('my own script ran')\n")  # on "the laptop" only
-    args = ["submit", "--cluster", "local", "--login", server.alias, "--workdir", remote,
-            "--script", str(tmp_path / "mine.py"), "--venv", sys.prefix]
+    args = [
+        "submit",
+        "--cluster",
+        "local",
+        "--login",
+        server.alias,
+        "--workdir",
+        remote,
+        "--script",
+        str(tmp_path / "mine.py"),
+        "--venv",
+        sys.prefix,
+    ]
     dry = _run(hpc_launch_bin, [*args, "--dry-run"], tmp_path, env)
     assert dry.returncode == 0, dry.stderr
     assert f'WORKDIR="$HOME"/{remote}' in dry.stdout

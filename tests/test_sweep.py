@@ -44,14 +44,26 @@ def test_slurm_array_ids_states_accounting_and_cancel():
     assert sorted(held) == ["13_0", "13_1", "13_4"]
     assert all(i.state == JobState.QUEUED and "JobHeldUser" in i.comment for i in held.values())
     running = d.parse_status(sched("slurm_array_squeue_running.txt"), ["12_0", "12_1", "12_3"])
-    assert {j: i.state for j, i in running.items()} == {"12_0": JobState.RUNNING, "12_1": JobState.RUNNING, "12_3": JobState.RUNNING}
+    assert {j: i.state for j, i in running.items()} == {
+        "12_0": JobState.RUNNING,
+        "12_1": JobState.RUNNING,
+        "12_3": JobState.RUNNING,
+    }
     ended = d.parse_status(sched("slurm_array_squeue_finished.txt"), ["12_0", "12_1", "12_3"])
-    assert {j: i.state for j, i in ended.items()} == {"12_0": JobState.DONE, "12_1": JobState.FAILED, "12_3": JobState.FAILED}
+    assert {j: i.state for j, i in ended.items()} == {
+        "12_0": JobState.DONE,
+        "12_1": JobState.FAILED,
+        "12_3": JobState.FAILED,
+    }
     acct = d.parse_accounting(sched("slurm_array_sacct_task.txt"), "12_2")  # the script exited with its index
     assert acct is not None and acct.state == JobState.FAILED and acct.exit_code == 2
     assert d.parse_cancel(0, "", sched("slurm_array_scancel_task.txt")).sent
     # a task's files are named by the array's id and its index, never by its own job id
-    assert d.array_directives(["--job-name=s", "--output=s.o%j", "--error=e%j"]) == ["--job-name=s", "--output=s.o%A_%a", "--error=e%A_%a"]
+    assert d.array_directives(["--job-name=s", "--output=s.o%j", "--error=e%j"]) == [
+        "--job-name=s",
+        "--output=s.o%A_%a",
+        "--error=e%A_%a",
+    ]
     assert d.job_num("12_3") == "12_3"
 
 
@@ -113,28 +125,40 @@ def test_grid_product_leaves_out_what_is_no_configuration():
     assert said == ["left out zero=0 offload=optimizer: optimizer offload needs ZeRO 1, 2 or 3"]
     # the issue's sweep: stages 0-3 and ZeRO-3 with offload, as a file
     points = sw.expand({"zero": [0, 1, 2, 3], "offload": ["none"]}, [{"zero": 3, "offload": "optimizer"}])
-    assert [sw.label(p) for p in points] == ["zero=0 offload=none", "zero=1 offload=none", "zero=2 offload=none",
-                                             "zero=3 offload=none", "zero=3 offload=optimizer"]
+    assert [sw.label(p) for p in points] == [
+        "zero=0 offload=none",
+        "zero=1 offload=none",
+        "zero=2 offload=none",
+        "zero=3 offload=none",
+        "zero=3 offload=optimizer",
+    ]
     # a listed point that is no configuration is refused, not left out
     with pytest.raises(SpecError, match="point 1 .*needs ZeRO 3"):
         sw.expand({}, [{"zero": 2, "offload": "optimizer+params"}])
     # the entrypoint's flags are replaced, the other arguments kept
-    args = sw.with_point(["--model", "m", "--zero", "2", "--micro-batch=64", "--steps", "5"], {"zero": 3, "micro_batch": 8, "nodes": 2})
+    args = sw.with_point(
+        ["--model", "m", "--zero", "2", "--micro-batch=64", "--steps", "5"], {"zero": 3, "micro_batch": 8, "nodes": 2}
+    )
     assert args == ["--model", "m", "--steps", "5", "--zero", "3", "--micro-batch", "8"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("zero: [0, 4]\n", "ZeRO stage 4 does not exist"),
-    ("offload: [cpu]\n", "'cpu' is not one of none, optimizer, optimizer+params"),
-    ("nodes: [0]\n", "must be at least 1"),
-    ("zeros: [1]\n", "unknown key 'zeros'"),
-    ("points: [{zero: 1, colour: red}]\n", "point 1: unknown key 'colour'"),
-    ("- 1\n", "must be a YAML mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("zero: [0, 4]\n", "ZeRO stage 4 does not exist"),
+        ("offload: [cpu]\n", "'cpu' is not one of none, optimizer, optimizer+params"),
+        ("nodes: [0]\n", "must be at least 1"),
+        ("zeros: [1]\n", "unknown key 'zeros'"),
+        ("points: [{zero: 1, colour: red}]\n", "point 1: unknown key 'colour'"),
+        ("- 1\n", "must be a YAML mapping"),
+    ],
+)
 def test_bad_sweep_files_are_one_line_errors(tmp_path, hpc_launch_bin, text, message):
     grid = tmp_path / "grid.yaml"
     grid.write_text(text)
-    r = subprocess.run([hpc_launch_bin, "sweep", "--grid", str(grid), "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [hpc_launch_bin, "sweep", "--grid", str(grid), "--dry-run"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
 
@@ -150,12 +174,29 @@ def _nothing_submitted(workdir: Path) -> None:
 
 
 def test_impossible_batch_arithmetic_refuses_the_whole_sweep(tmp_path, hpc_launch_bin):
-    r = subprocess.run([hpc_launch_bin, "sweep", "--cluster", "local", "--zero", "1,2", "--micro-batch", "4,5",
-                        "--train-args", "--model smallcnn --global-batch 16"], cwd=tmp_path, capture_output=True, text=True,
-                       env=dict(os.environ))
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "sweep",
+            "--cluster",
+            "local",
+            "--zero",
+            "1,2",
+            "--micro-batch",
+            "4,5",
+            "--train-args",
+            "--model smallcnn --global-batch 16",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("hpc-launch: error: sweep point 2 (zero=1 micro_batch=5, 2 rank(s)): batch arithmetic does not fit")
+    assert line.startswith(
+        "hpc-launch: error: sweep point 2 (zero=1 micro_batch=5, 2 rank(s)): batch arithmetic does not fit"
+    )
     assert "change --global-batch, --micro-batch or --grad-accum" in line
     _nothing_submitted(tmp_path)
 
@@ -163,13 +204,33 @@ def test_impossible_batch_arithmetic_refuses_the_whole_sweep(tmp_path, hpc_launc
 def test_a_point_whose_model_states_do_not_fit_is_refused_by_plans_estimators(tmp_path, hpc_launch_bin):
     profile = tmp_path / "small.yaml"
     profile.write_text("name: smallgpu\nextends: slurm\nnode: {gpus: 4, cpus: 32, gpu_mem_gib: 0.5}\n")
-    r = subprocess.run([hpc_launch_bin, "sweep", "--cluster", "smallgpu", "--profile", str(profile), "--zero", "3,0",
-                        "--train-args", "--model resnet50 --micro-batch 8", "--login", "local", "--dry-run"],
-                       cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "sweep",
+            "--cluster",
+            "smallgpu",
+            "--profile",
+            str(profile),
+            "--zero",
+            "3,0",
+            "--train-args",
+            "--model resnet50 --micro-batch 8",
+            "--login",
+            "local",
+            "--dry-run",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     line = r.stderr.strip().splitlines()[-1]
     # resnet50 (25.6M params) under ZeRO-0: 20 bytes a parameter, 0.48 GiB, over 75% of 0.5 GiB; ZeRO-3 on 4 GPUs fits
-    assert re.match(r"hpc-launch: error: sweep point 2 \(zero=0\): resnet50 under ZeRO-0 with offload none needs 0\.\d GiB per GPU", line), line
+    assert re.match(
+        r"hpc-launch: error: sweep point 2 \(zero=0\): resnet50 under ZeRO-0 with offload none needs 0\.\d GiB per GPU",
+        line,
+    ), line
     assert re.search(r"\(use --zero [123] --offload none \(hpc-launch plan\)", line), line  # plan's recommendation
     assert r.stdout == ""
     _nothing_submitted(tmp_path)
@@ -178,32 +239,47 @@ def test_a_point_whose_model_states_do_not_fit_is_refused_by_plans_estimators(tm
 # ---- the array script --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cluster, flags, var, first", [
-    ("slurm", ["--array=0-2"], "SLURM_ARRAY_TASK_ID", 0),
-    ("polaris", ["-J", "1-3"], "PBS_ARRAY_INDEX", 1),
-    ("abci2", ["-t", "1-3"], "SGE_TASK_ID", 1),
-])
+@pytest.mark.parametrize(
+    "cluster, flags, var, first",
+    [
+        ("slurm", ["--array=0-2"], "SLURM_ARRAY_TASK_ID", 0),
+        ("polaris", ["-J", "1-3"], "PBS_ARRAY_INDEX", 1),
+        ("abci2", ["-t", "1-3"], "SGE_TASK_ID", 1),
+    ],
+)
 def test_one_array_script_gives_each_task_its_point(tmp_path, cluster, flags, var, first):
     from hpc_launch import sweep as sw
     from hpc_launch.spec import JobSpec
 
-    spec = JobSpec(cluster=cluster, group="g1", login="local", name="sw", train_args=["--model", "smallcnn", "--job-name", "it's a b"])
+    spec = JobSpec(
+        cluster=cluster,
+        group="g1",
+        login="local",
+        name="sw",
+        train_args=["--model", "smallcnn", "--job-name", "it's a b"],
+    )
     plan = sw.plan(spec, sw.expand({"zero": [1, 2], "precision": ["fp32"]}, [{"zero": 3, "offload": "optimizer"}]))
     [sub] = plan.submissions
     assert sub.array and len(sub.points) == 3
     argv = sub.prepared.script.submit_argv
-    assert argv[-1].endswith(".sh") and argv[-1 - len(flags):-1] == flags
+    assert argv[-1].endswith(".sh") and argv[-1 - len(flags) : -1] == flags
     text = sub.prepared.script.text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     # the case block, run by bash: each index gets its point's arguments, quoted words intact
     start = text.index('case "${' + var)
-    block = text[start:text.index("esac", start) + 4]
+    block = text[start : text.index("esac", start) + 4]
     for i, point in enumerate(sub.points):
-        out = subprocess.run(["bash", "-c", block + '\nprintf "%s\\n" "${HPC_LAUNCH_TRAIN_ARGS[@]}"'], env={var: str(first + i), "PATH": os.environ["PATH"]},
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["bash", "-c", block + '\nprintf "%s\\n" "${HPC_LAUNCH_TRAIN_ARGS[@]}"'],
+            env={var: str(first + i), "PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+        )
         assert out.stdout.splitlines() == point.train_args
         assert "it's a b" in out.stdout.splitlines()
-    bad = subprocess.run(["bash", "-c", block], env={var: "99", "PATH": os.environ["PATH"]}, capture_output=True, text=True)
+    bad = subprocess.run(
+        ["bash", "-c", block], env={var: "99", "PATH": os.environ["PATH"]}, capture_output=True, text=True
+    )
     assert bad.returncode == 3 and "[hpc-launch] error: array task index" in bad.stderr
 
 
@@ -213,7 +289,9 @@ def test_local_sweep_is_one_job_per_point_and_different_nodes_are_separate_jobs(
 
     local = sw.plan(JobSpec(cluster="local", name="sw", workdir=str(tmp_path)), sw.expand({"zero": [0, 1]}))
     assert [s.array for s in local.submissions] == [False, False]
-    assert "--zero 1" in " ".join(local.submissions[1].prepared.script.submit_argv + [local.submissions[1].prepared.script.text])
+    assert "--zero 1" in " ".join(
+        local.submissions[1].prepared.script.submit_argv + [local.submissions[1].prepared.script.text]
+    )
     shapes = sw.plan(JobSpec(cluster="slurm", login="local", name="sw"), sw.expand({"zero": [1], "nodes": [1, 2]}))
     assert [s.array for s in shapes.submissions] == [False, False]
     assert shapes.notes and "different resources" in shapes.notes[0]
@@ -221,12 +299,16 @@ def test_local_sweep_is_one_job_per_point_and_different_nodes_are_separate_jobs(
 
 # ---- the report from log lines -------------------------------------------------------------------
 
-LOG = """[hpc-launch] job 7 on pod1 at 2026-11-23T09:33:08+0000, 2 node(s) x 1 rank(s), script sw-1.sh
-training smallcnn on synthetic: world=2 (slurm) zero=2 offload=none precision=fp32 micro=8 accum=1 global=16 steps=4 steps/epoch=256 threads/rank=1
-[hpc-train] step=2 epoch=0 loss=2.5000 lr=0.001 samples_per_sec=100.0000 avg_samples_per_sec=100.0000 mem_alloc_gb=0.3000 mem_peak_gb=0.4000 world_size=2
-[hpc-train] step=4 epoch=0 loss=2.2500 lr=0.001 samples_per_sec=120.0000 avg_samples_per_sec=110.5000 mem_alloc_gb=0.3000 mem_peak_gb=0.3500 world_size=2
-training finished: steps=4 wall_s=0.8 ended_at=1795426513
-"""
+LOG = (
+    "[hpc-launch] job 7 on pod1 at 2026-11-23T09:33:08+0000, 2 node(s) x 1 rank(s), script sw-1.sh\n"
+    "training smallcnn on synthetic: world=2 (slurm) zero=2 offload=none precision=fp32 micro=8 accum=1 global=16 "
+    "steps=4 steps/epoch=256 threads/rank=1\n"
+    "[hpc-train] step=2 epoch=0 loss=2.5000 lr=0.001 samples_per_sec=100.0000 avg_samples_per_sec=100.0000 "
+    "mem_alloc_gb=0.3000 mem_peak_gb=0.4000 world_size=2\n"
+    "[hpc-train] step=4 epoch=0 loss=2.2500 lr=0.001 samples_per_sec=120.0000 avg_samples_per_sec=110.5000 "
+    "mem_alloc_gb=0.3000 mem_peak_gb=0.3500 world_size=2\n"
+    "training finished: steps=4 wall_s=0.8 ended_at=1795426513\n"
+)
 
 
 def _record(store, tmp_path, job_id, text, state, code, **extra):
@@ -234,9 +316,21 @@ def _record(store, tmp_path, job_id, text, state, code, **extra):
 
     log = tmp_path / f"sw.o{job_id}"
     log.write_text(text)
-    rec = JobRecord(job_id=job_id, cluster="local", dialect="none", host="localhost", name="sw", workdir=str(tmp_path),
-                    script_path=str(tmp_path / "sw-1.sh"), log_path=str(log), exit_path=str(log) + ".exitcode",
-                    submit_time=time.time(), state=state, exit_code=code, extra=extra)
+    rec = JobRecord(
+        job_id=job_id,
+        cluster="local",
+        dialect="none",
+        host="localhost",
+        name="sw",
+        workdir=str(tmp_path),
+        script_path=str(tmp_path / "sw-1.sh"),
+        log_path=str(log),
+        exit_path=str(log) + ".exitcode",
+        submit_time=time.time(),
+        state=state,
+        exit_code=code,
+        extra=extra,
+    )
     store.add(rec)
     return rec
 
@@ -248,7 +342,9 @@ def test_report_figures_come_from_the_log_lines_and_failures_carry_doctors_cause
     _record(store, tmp_path, "101", LOG, "done", 0, sweep="s-1", point_index=0, point={"zero": 2})
     oom = (Path(__file__).parent / "golden" / "doctor" / "cuda-out-of-memory.log").read_text()
     _record(store, tmp_path, "102", oom, "failed", 1, sweep="s-1", point_index=1, point={"zero": 0})
-    r = subprocess.run([hpc_launch_bin, "report", "s-1", "--out", str(tmp_path / "rep")], cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [hpc_launch_bin, "report", "s-1", "--out", str(tmp_path / "rep")], cwd=tmp_path, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader((tmp_path / "rep" / "report.csv").open()))
     assert [row["job_id"] for row in rows] == ["101", "102"]
@@ -259,7 +355,10 @@ def test_report_figures_come_from_the_log_lines_and_failures_carry_doctors_cause
     assert float(good["peak_mem_gb_per_gpu"]) == 0.4 and float(good["step_time_s"]) == pytest.approx(0.2)
     assert bad["state"] == "failed" and "out of memory" in bad["cause"].lower()
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "| zero=2 offload=none precision=fp32 micro_batch=8 | 2 | 2 | 110.5 | 0.400 | 0.200 | 2.2500 | 4 | done |  | 101 |" in md
+    assert (
+        "| zero=2 offload=none precision=fp32 micro_batch=8 | 2 | "
+        "2 | 110.5 | 0.400 | 0.200 | 2.2500 | 4 | done |  | 101 |" in md
+    )
     for png in ("throughput.png", "memory.png"):
         data = (tmp_path / "rep" / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -268,18 +367,23 @@ def test_report_figures_come_from_the_log_lines_and_failures_carry_doctors_cause
     values = json.loads(Image.open(tmp_path / "rep" / "throughput.png").text["Description"])["values"]
     assert values == {"101": 110.5, "102": None}
     # one job: its steps too
-    r = subprocess.run([hpc_launch_bin, "report", "101", "--out", str(tmp_path / "one")], cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [hpc_launch_bin, "report", "101", "--out", str(tmp_path / "one")], cwd=tmp_path, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     series = json.loads(Image.open(tmp_path / "one" / "steps.png").text["Description"])
     assert series == {"loss": [[2.0, 2.5], [4.0, 2.25]], "samples_per_sec": [[2.0, 100.0], [4.0, 120.0]]}
 
 
 def test_without_matplotlib_the_report_says_how_to_get_the_charts(tmp_path):
-    code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from hpc_launch import report as rp\n"
-            "from hpc_launch.records import JobRecord\n"
-            f"rec = JobRecord('1', 'local', 'none', 'localhost', 'sw', '.', 'sw.sh', 'sw.o1', 'x', 0.0, state='done', exit_code=0)\n"
-            f"print(rp.write([rp.row_for(rec, {LOG!r})], {str(tmp_path / 'rep')!r}, 't'))\n")
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from hpc_launch import report as rp\n"
+        "from hpc_launch.records import JobRecord\n"
+        "rec = JobRecord('1', 'local', 'none', 'localhost', 'sw', "
+        "'.', 'sw.sh', 'sw.o1', 'x', 0.0, state='done', exit_code=0)\n"
+        f"print(rp.write([rp.row_for(rec, {LOG!r})], {str(tmp_path / 'rep')!r}, 't'))\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path / "rep")) == ["report.csv", "report.md"]
@@ -287,8 +391,10 @@ def test_without_matplotlib_the_report_says_how_to_get_the_charts(tmp_path):
 
 
 def test_the_launcher_path_never_imports_matplotlib():
-    code = ("import sys\nfrom hpc_launch import cli, sweep, report, jobs\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'torch', 'deepspeed', 'numpy')))\n")
+    code = (
+        "import sys\nfrom hpc_launch import cli, sweep, report, jobs\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'torch', 'deepspeed', 'numpy')))\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stderr
 
@@ -297,44 +403,101 @@ def test_the_launcher_path_never_imports_matplotlib():
 
 
 def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_bin):
-    r = subprocess.run([hpc_launch_bin, "sweep", "--cluster", "local", "--zero", "0,1", "--no-wait", "--name", "grp",
-                        "--train-args", "--model smallcnn --data synthetic --steps 100000 --micro-batch 4 --no-eval"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "sweep",
+            "--cluster",
+            "local",
+            "--zero",
+            "0,1",
+            "--no-wait",
+            "--name",
+            "grp",
+            "--train-args",
+            "--model smallcnn --data synthetic --steps 100000 --micro-batch 4 --no-eval",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     sweep_id = r.stdout.strip().splitlines()[0]
     assert sweep_id.startswith("grp-")
-    status = json.loads(subprocess.run([hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True).stdout)
+    status = json.loads(
+        subprocess.run(
+            [hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True
+        ).stdout
+    )
     assert len(status) == 2 and {j["state"] for j in status} == {"running"}
     c = subprocess.run([hpc_launch_bin, "cancel", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert c.returncode == 0, c.stderr
     assert c.stderr.count(": cancelled") == 2, c.stderr
-    status = json.loads(subprocess.run([hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True).stdout)
+    status = json.loads(
+        subprocess.run(
+            [hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True
+        ).stdout
+    )
     assert {j["state"] for j in status} == {"cancelled"}
     # followed as a group: every job's end, exit 1 since not all ended done
-    f = subprocess.run([hpc_launch_bin, "logs", "-f", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    f = subprocess.run(
+        [hpc_launch_bin, "logs", "-f", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert f.returncode == 1 and f.stderr.count(" cancelled") == 2 and "2 of 2 ended" in f.stderr, f.stderr
     one = subprocess.run([hpc_launch_bin, "logs", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert one.returncode == 2 and "is a sweep or job array of 2 jobs" in one.stderr
     deadline = time.monotonic() + 20
-    while any(subprocess.run(["ps", "--sid", j["job_id"], "-o", "args="], capture_output=True, text=True).stdout.count("python")
-              for j in status) and time.monotonic() < deadline:
+    while (
+        any(
+            subprocess.run(["ps", "--sid", j["job_id"], "-o", "args="], capture_output=True, text=True).stdout.count(
+                "python"
+            )
+            for j in status
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
     for job in status:  # no training process of either job is left
-        assert "python" not in subprocess.run(["ps", "--sid", job["job_id"], "-o", "args="], capture_output=True, text=True).stdout
+        assert (
+            "python"
+            not in subprocess.run(["ps", "--sid", job["job_id"], "-o", "args="], capture_output=True, text=True).stdout
+        )
 
 
 @pytest.mark.train  # two real DeepSpeed trainings, one after the other
 def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bin):
     """No scheduler places local points: run together they would share two cores and halve each
     other's samples/s in the report. Each point starts only after the one before it ended."""
-    r = subprocess.run([hpc_launch_bin, "sweep", "--cluster", "local", "--zero", "0,1", "--name", "turn",
-                        "--train-args", "--model smallcnn --data synthetic --steps 2 --micro-batch 4 --log-every 1 --no-eval"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "sweep",
+            "--cluster",
+            "local",
+            "--zero",
+            "0,1",
+            "--name",
+            "turn",
+            "--train-args",
+            "--model smallcnn --data synthetic --steps 2 --micro-batch 4 --log-every 1 --no-eval",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "one after another" in r.stderr
     sweep_id = r.stdout.strip().splitlines()[0]
-    jobs = sorted(json.loads(subprocess.run([hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True,
-                                            text=True).stdout), key=lambda j: j["submit_time"])
+    jobs = sorted(
+        json.loads(
+            subprocess.run(
+                [hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True
+            ).stdout
+        ),
+        key=lambda j: j["submit_time"],
+    )
     assert [j["state"] for j in jobs] == ["done", "done"]
     assert jobs[1]["submit_time"] >= jobs[0]["end_time"], jobs
     assert (tmp_path / sweep_id / "report.csv").exists()
@@ -353,7 +516,14 @@ def test_a_qsub_that_makes_no_array_leaves_its_job_recorded_and_says_how_to_canc
     (bin_dir / "qsub").write_text("#!/bin/sh\necho 51.pbs1\n")
     (bin_dir / "qsub").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    spec = JobSpec(cluster="polaris", group="g1", login="local", name="sw", workdir=str(tmp_path / "w"), train_args=["--model", "smallcnn"])
+    spec = JobSpec(
+        cluster="polaris",
+        group="g1",
+        login="local",
+        name="sw",
+        workdir=str(tmp_path / "w"),
+        train_args=["--model", "smallcnn"],
+    )
     plan = sw.plan(spec, sw.expand({"zero": [1, 2]}))
     assert plan.submissions[0].array
     with pytest.raises(SchedulerError) as caught:

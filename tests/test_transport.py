@@ -11,8 +11,7 @@ import time
 import pytest
 
 from hpc_launch.errors import HostKeyError, TransportError
-from hpc_launch.transport import (LocalTransport, SSHTransport, close_all, open_transport,
-                                  wrap_remote_command)
+from hpc_launch.transport import LocalTransport, SSHTransport, close_all, open_transport, wrap_remote_command
 
 try:
     from sshd import SshdHandle, free_port, prepare_sshd, start_sshd, write_ssh_config
@@ -20,7 +19,7 @@ except ImportError:  # tests/ imported as a package
     from tests.sshd import SshdHandle, free_port, prepare_sshd, start_sshd, write_ssh_config
 
 HOSTILE = [
-    "it's \"quoted\"",
+    'it\'s "quoted"',
     "$(touch /tmp/hpc-launch-pwned)",
     "`touch /tmp/hpc-launch-pwned`",
     "a; touch /tmp/hpc-launch-pwned",
@@ -176,8 +175,9 @@ def test_changed_host_key_is_refused_with_a_distinct_message(server, tmp_path):
 def test_host_key_alias_selects_the_known_hosts_entry(server, tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text(f"my-login-alias {server.host_key_pub}\n")
-    cfg = write_ssh_config(tmp_path / "config", [server.block(HostKeyAlias="my-login-alias",
-                                                              UserKnownHostsFile=str(known))])
+    cfg = write_ssh_config(
+        tmp_path / "config", [server.block(HostKeyAlias="my-login-alias", UserKnownHostsFile=str(known))]
+    )
     assert SSHTransport(server.alias, ssh_config=str(cfg)).run(["echo", "ok"]).out == "ok\n"
     # The [127.0.0.1]:port entry is not consulted once HostKeyAlias says otherwise.
     cfg2 = write_ssh_config(tmp_path / "config2", [server.block(HostKeyAlias="another-alias")])
@@ -189,11 +189,14 @@ def test_proxyjump_single_and_multi_hop(server, tmp_path):
     jump = start_sshd(tmp_path / "jump", alias="test-jump")
     try:
         # The target's own block already names its known_hosts; jump's file is added via the block.
-        cfg = write_ssh_config(tmp_path / "config", [
-            jump.block(),
-            server.block(alias="via-jump", ProxyJump="test-jump"),
-            server.block(alias="via-two-jumps", ProxyJump="test-jump,test-jump"),
-        ])
+        cfg = write_ssh_config(
+            tmp_path / "config",
+            [
+                jump.block(),
+                server.block(alias="via-jump", ProxyJump="test-jump"),
+                server.block(alias="via-two-jumps", ProxyJump="test-jump,test-jump"),
+            ],
+        )
         before = jump.accepted_logins()
         t = SSHTransport("via-jump", ssh_config=str(cfg))
         assert t.run(["echo", "through the jump"]).out == "through the jump\n"
@@ -229,8 +232,7 @@ def test_silent_server_hits_the_connect_timeout(server, tmp_path):
     with socket.socket() as silent:  # accepts TCP (kernel backlog) but never sends an SSH banner
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        cfg = write_ssh_config(tmp_path / "config",
-                               [server.block(alias="silent", Port=str(silent.getsockname()[1]))])
+        cfg = write_ssh_config(tmp_path / "config", [server.block(alias="silent", Port=str(silent.getsockname()[1]))])
         t = SSHTransport("silent", ssh_config=str(cfg), connect_timeout=0.5, retries=1, backoff=0.1)
         start = time.monotonic()
         with pytest.raises(TransportError):

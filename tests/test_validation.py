@@ -13,7 +13,10 @@ CASES = [
     # (args, words the one-line error must contain)
     (["--cluster", "abcd"], ["unknown cluster", "abci"]),
     (["--cluster", "abci", "--nodes", "200", "--group", "g1"], ["above", "128", "--nodes"]),
-    (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--walltime", "200:00:00"], ["above", "168:00:00", "--walltime"]),
+    (
+        ["--cluster", "abci", "--nodes", "2", "--group", "g1", "--walltime", "200:00:00"],
+        ["above", "168:00:00", "--walltime"],
+    ),
     (["--cluster", "abci", "--nodes", "2"], ["group", "--group"]),
     (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--gpus-per-node", "9"], ["8 GPUs", "--gpus-per-node"]),
     (["--cluster", "abci", "--nodes", "2", "--group", "g1", "--walltime", "1:99:00"], ["walltime"]),
@@ -31,18 +34,35 @@ CASES = [
     (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "1X=y"], ["variable name", "--env"]),
     (["--cluster", "pods", "--nodes", "1", "--hosts", "a", "--env", "X=a\nb"], ["newline"]),
     (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--bogus"], ["--bogus"]),
-    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "WANDB_API_KEY=abc"], ["secret", "--pass-env WANDB_API_KEY"]),
-    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "SURELY_UNSET_VAR_OF_HPC_LAUNCH_TESTS"], ["not set", "export"]),
+    (
+        ["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "WANDB_API_KEY=abc"],
+        ["secret", "--pass-env WANDB_API_KEY"],
+    ),
+    (
+        ["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "SURELY_UNSET_VAR_OF_HPC_LAUNCH_TESTS"],
+        ["not set", "export"],
+    ),
     # --pass-env: DeepSpeed's multi-node runners put forwarded values on a command line (ps)
-    (["--cluster", "pods", "--nodes", "2", "--hosts", "a,b", "--pass-env", "HOME"], ["--pass-env", "command line", "--nodes 1"]),
-    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "HPC_LAUNCH_LOG"], ["HPC_LAUNCH_", "another name"]),
-    (["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "HOME=/x", "--pass-env", "HOME"], ["both", "--pass-env HOME"]),
+    (
+        ["--cluster", "pods", "--nodes", "2", "--hosts", "a,b", "--pass-env", "HOME"],
+        ["--pass-env", "command line", "--nodes 1"],
+    ),
+    (
+        ["--cluster", "abci", "--nodes", "1", "--group", "g1", "--pass-env", "HPC_LAUNCH_LOG"],
+        ["HPC_LAUNCH_", "another name"],
+    ),
+    (
+        ["--cluster", "abci", "--nodes", "1", "--group", "g1", "--env", "HOME=/x", "--pass-env", "HOME"],
+        ["both", "--pass-env HOME"],
+    ),
     (["--cluster", "abci", "--nodes", "x"], ["nodes"]),
 ]
 
 
 def _run(bin_, args, cwd):
-    return subprocess.run([bin_, "submit", *args], cwd=cwd, capture_output=True, text=True, env=scheduler_env_cleared(), timeout=60)
+    return subprocess.run(
+        [bin_, "submit", *args], cwd=cwd, capture_output=True, text=True, env=scheduler_env_cleared(), timeout=60
+    )
 
 
 @pytest.mark.parametrize("args,words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
@@ -60,7 +80,11 @@ def test_bad_submit_is_one_line_exit_2_nothing_written(args, words, tmp_path, hp
 
 
 def test_dry_run_prints_script_on_stdout_and_command_on_stderr(tmp_path, hpc_launch_bin):
-    r = _run(hpc_launch_bin, ["--cluster", "abci", "--nodes", "9", "--group", "g1", "--login", "local", "--dry-run"], tmp_path)
+    r = _run(
+        hpc_launch_bin,
+        ["--cluster", "abci", "--nodes", "9", "--group", "g1", "--login", "local", "--dry-run"],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("#!/bin/bash\n")
     assert "qsub -N train -j oe" in r.stderr
@@ -69,14 +93,15 @@ def test_dry_run_prints_script_on_stdout_and_command_on_stderr(tmp_path, hpc_lau
 
 def test_project_config_supplies_defaults_and_options_override(tmp_path, hpc_launch_bin):
     (tmp_path / "hpc-launch.yaml").write_text(
-        "cluster: abci\nnodes: 4\nproject: gcb50389\nwalltime: '2:00:00'\nenv: {WANDB_MODE: offline}\ntrain_args: --zero 3 --steps 5\n"
+        "cluster: abci\nnodes: 4\nproject: gcb50389\nwalltime: '2:00:00'\nenv: "
+        "{WANDB_MODE: offline}\ntrain_args: --zero 3 --steps 5\n"
     )
     r = _run(hpc_launch_bin, ["--nodes", "2", "--login", "local", "--dry-run"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "#PBS -l select=2:mpiprocs=8" in r.stdout  # option wins
     assert "#PBS -P gcb50389" in r.stdout and "#PBS -l walltime=02:00:00" in r.stdout  # config supplies
     assert "export WANDB_MODE=offline" in r.stdout
-    assert "\"$HPC_TRAIN\" --zero 3 --steps 5" in r.stdout
+    assert '"$HPC_TRAIN" --zero 3 --steps 5' in r.stdout
 
 
 def test_project_config_unknown_key_is_refused(tmp_path, hpc_launch_bin):
@@ -130,8 +155,29 @@ def test_clusters_lists_every_profile_and_show_resolves(hpc_launch_bin):
 
 def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_launch_bin):
     env = dict(scheduler_env_cleared(), MY_TOKEN="s3cr3t-value")
-    r = subprocess.run([hpc_launch_bin, "submit", "--cluster", "abci", "--nodes", "1", "--group", "g1", "--login", "local",
-                        "--venv", "/opt/venv", "--pass-env", "MY_TOKEN", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            hpc_launch_bin,
+            "submit",
+            "--cluster",
+            "abci",
+            "--nodes",
+            "1",
+            "--group",
+            "g1",
+            "--login",
+            "local",
+            "--venv",
+            "/opt/venv",
+            "--pass-env",
+            "MY_TOKEN",
+            "--dry-run",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     # no `qsub -v`: it would put the value in the job's Variable_List, which every PBS user can read
     assert "qsub -N train" in r.stderr and " -v " not in r.stderr

@@ -36,7 +36,11 @@ def test_no_hang_within_the_bound_before_the_first_step_or_while_checkpointing()
 
 def test_a_process_stopped_while_checkpointing_or_starting_is_still_named():
     # the progress rule pauses there; a frozen heartbeat does not
-    ranks = [_p(0, 40, NOW - 500, busy=True), _p(1, 40, NOW - 500, busy=True, beat=NOW - 25), _p(2, 40, NOW - 500, busy=True)]
+    ranks = [
+        _p(0, 40, NOW - 500, busy=True),
+        _p(1, 40, NOW - 500, busy=True, beat=NOW - 25),
+        _p(2, 40, NOW - 500, busy=True),
+    ]
     assert stalled(ranks, NOW, bound=20).rank == 1
     assert stalled([_p(0, 0, NOW - 60), _p(1, 0, NOW - 60, beat=NOW - 21)], NOW, bound=20).rank == 1
     assert stalled([_p(0, 0, NOW - 60), _p(1, 0, NOW - 60, beat=NOW - 19)], NOW, bound=20) is None

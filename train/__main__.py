@@ -15,8 +15,9 @@ from .errors import TrainError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m train", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m train", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--model", default="resnet50", help="smallcnn or any torchvision classification model")
     p.add_argument("--data", default="synthetic", help="synthetic | digits | ImageFolder root (ROOT/train, ROOT/val)")
     length = p.add_mutually_exclusive_group()
@@ -34,8 +35,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resume", default="auto", help="auto | never | PATH (checkpoint dir or global_stepN folder)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--num-workers", type=int, default=None,
-                   help="DataLoader workers per rank (default: 4 for image folders, 0 for in-memory data)")
+    p.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="DataLoader workers per rank (default: 4 for image folders, 0 for in-memory data)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")
     p.add_argument("--monitor-dir", default="runs", help="output folder for csv/tensorboard monitors")
@@ -45,8 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--synthetic-samples", type=int, default=4096)
     p.add_argument("--no-eval", action="store_true", help="skip held-out accuracy at the end")
     p.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N validation samples")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the resolved, DeepSpeed-validated config for --world-size ranks and exit")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved, DeepSpeed-validated config for --world-size ranks and exit",
+    )
     p.add_argument("--world-size", type=int, default=None, help="with --print-config: ranks to check for")
     p.add_argument("--list-models", action="store_true")
     # Appended by the deepspeed launcher; the rank itself comes from the environment (train/dist.py).

@@ -74,8 +74,10 @@ def resolve_resume(resume: str, ckpt_dir: Optional[str]) -> Optional[Tuple[str, 
         return os.path.dirname(path), os.path.basename(path)
     found = find_resume(path)
     if found is None:
-        raise TrainError(f"no complete checkpoint under {resume}",
-                         hint="pass a checkpoint directory or one of its global_stepN folders, or --resume never")
+        raise TrainError(
+            f"no complete checkpoint under {resume}",
+            hint="pass a checkpoint directory or one of its global_stepN folders, or --resume never",
+        )
     return found
 
 
@@ -120,7 +122,8 @@ def load_weights_single_process(ckpt_dir: str, tag: str) -> dict:
 
         state = get_fp32_state_dict_from_zero_checkpoint(ckpt_dir, tag=tag)
     else:
-        blob = torch.load(os.path.join(ckpt_dir, tag, "mp_rank_00_model_states.pt"),
-                          map_location="cpu", weights_only=False)
+        blob = torch.load(
+            os.path.join(ckpt_dir, tag, "mp_rank_00_model_states.pt"), map_location="cpu", weights_only=False
+        )
         state = blob["module"]
     return {k: (v.float() if torch.is_floating_point(v) else v) for k, v in state.items()}

@@ -76,7 +76,10 @@ def _digits(image_size: Optional[int]) -> Data:
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
     except ImportError:
-        raise TrainError("--data digits needs scikit-learn, which ships the digits images", hint="pip install scikit-learn, or use --data synthetic") from None
+        raise TrainError(
+            "--data digits needs scikit-learn, which ships the digits images",
+            hint="pip install scikit-learn, or use --data synthetic",
+        ) from None
 
     x, y = load_digits(return_X_y=True)  # 1,797 real 8x8 scans that ship with scikit-learn
     x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
@@ -109,23 +112,32 @@ def _image_folder(root: str, image_size: Optional[int]) -> Data:
         train = tv.datasets.ImageFolder(train_dir, transform=train_tf)
         val = tv.datasets.ImageFolder(val_dir, transform=val_tf) if val_dir and os.path.isdir(val_dir) else None
     except (FileNotFoundError, OSError) as err:
-        raise TrainError(f"cannot read image folder {root}: {err}",
-                         hint="expected ROOT/train/<class>/*.JPEG (and ROOT/val/<class>/...)") from None
+        raise TrainError(
+            f"cannot read image folder {root}: {err}",
+            hint="expected ROOT/train/<class>/*.JPEG (and ROOT/val/<class>/...)",
+        ) from None
     return Data(train, val, len(train.classes), size, "imagefolder")
 
 
-def build_data(spec: str, image_size: Optional[int] = None, num_classes: int = 10,
-               synthetic_samples: int = 4096, seed: int = 0) -> Data:
+def build_data(
+    spec: str, image_size: Optional[int] = None, num_classes: int = 10, synthetic_samples: int = 4096, seed: int = 0
+) -> Data:
     if spec == "synthetic":
         size = image_size or 32
-        return Data(SyntheticImages(synthetic_samples, num_classes, size, seed=seed + 1),
-                    SyntheticImages(max(256, synthetic_samples // 8), num_classes, size, seed=seed + 2),
-                    num_classes, size, "synthetic")
+        return Data(
+            SyntheticImages(synthetic_samples, num_classes, size, seed=seed + 1),
+            SyntheticImages(max(256, synthetic_samples // 8), num_classes, size, seed=seed + 2),
+            num_classes,
+            size,
+            "synthetic",
+        )
     if spec == "digits":
         return _digits(image_size)
     if not os.path.isdir(spec):
-        raise TrainError(f"data folder not found: {spec}",
-                         hint="pass --data synthetic, --data digits, or an ImageFolder root (ROOT/train, ROOT/val)")
+        raise TrainError(
+            f"data folder not found: {spec}",
+            hint="pass --data synthetic, --data digits, or an ImageFolder root (ROOT/train, ROOT/val)",
+        )
     return _image_folder(spec, image_size)
 
 
@@ -148,23 +160,43 @@ class _ResumableSampler:
 def micro_batches_per_epoch(dataset_len: int, micro_batch: int, world_size: int) -> int:
     n = (dataset_len // world_size) // micro_batch  # drop_last everywhere: every rank sees equal full batches
     if n == 0:
-        raise TrainError(f"dataset of {dataset_len} samples is smaller than one global micro-batch "
-                         f"({micro_batch} per rank x {world_size} ranks)", hint="lower --micro-batch")
+        raise TrainError(
+            f"dataset of {dataset_len} samples is smaller than one global micro-batch "
+            f"({micro_batch} per rank x {world_size} ranks)",
+            hint="lower --micro-batch",
+        )
     return n
 
 
-def train_loader(dataset, micro_batch: int, rank: int, world_size: int, seed: int, epoch: int,
-                 skip_micro_batches: int, num_workers: int):
+def train_loader(
+    dataset,
+    micro_batch: int,
+    rank: int,
+    world_size: int,
+    seed: int,
+    epoch: int,
+    skip_micro_batches: int,
+    num_workers: int,
+):
     """Loader for `epoch`, positioned `skip_micro_batches` into it."""
     import torch
     from torch.utils.data import DataLoader, DistributedSampler
 
-    base: DistributedSampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    base: DistributedSampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+    )
     base.set_epoch(epoch)
     sampler = _ResumableSampler(base, skip_micro_batches * micro_batch)
-    return DataLoader(dataset, batch_size=micro_batch, sampler=sampler, drop_last=True,
-                      num_workers=num_workers, pin_memory=torch.cuda.is_available(),
-                      persistent_workers=False, prefetch_factor=4 if num_workers else None)
+    return DataLoader(
+        dataset,
+        batch_size=micro_batch,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=num_workers,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=False,
+        prefetch_factor=4 if num_workers else None,
+    )
 
 
 def eval_shards(length: int, rank: int, world_size: int):

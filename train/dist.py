@@ -43,9 +43,9 @@ class Convention:
     """The variables one launcher sets in each rank (any of the names, first wins)."""
 
     name: str
-    marker: str                   # present only under this launcher
+    marker: str  # present only under this launcher
     rank: Tuple[str, ...]
-    world: Tuple[str, ...]        # empty: the launcher sets none (the job script's count is used)
+    world: Tuple[str, ...]  # empty: the launcher sets none (the job script's count is used)
     local_rank: Tuple[str, ...]
     local_size: Tuple[str, ...]
     source: str
@@ -53,25 +53,66 @@ class Convention:
 
 
 CONVENTIONS: Tuple[Convention, ...] = (
-    Convention("torch", "RANK", ("RANK",), ("WORLD_SIZE",), ("LOCAL_RANK",), ("LOCAL_WORLD_SIZE", "LOCAL_SIZE"),
-               "torchrun (torch/distributed/elastic/agent/server/api.py: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE); "
-               "DeepSpeed's launcher (deepspeed/launcher/launch.py: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE); our job scripts"),
-    Convention("openmpi", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",),
-               ("OMPI_COMM_WORLD_LOCAL_RANK",), ("OMPI_COMM_WORLD_LOCAL_SIZE",),
-               "Open MPI, 'Environment variables set for MPI applications' (docs.open-mpi.org, tuning-apps/environment-var)"),
-    Convention("pmi", "PMI_RANK", ("PMI_RANK",), ("PMI_SIZE",),
-               ("PMI_LOCAL_RANK", "PALS_LOCAL_RANKID", "MPI_LOCALRANKID"), ("PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE", "MPI_LOCALNRANKS"),
-               "MPICH Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS); Cray PALS with PMI "
-               "(PMI_LOCAL_RANK/PMI_LOCAL_SIZE, ALCF's Polaris examples)"),
-    Convention("pmix", "PMIX_RANK", ("PMIX_RANK",), ("PMI_SIZE",), ("PALS_LOCAL_RANKID", "PMIX_LOCAL_RANK"),
-               ("PALS_LOCAL_SIZE", "PMIX_LOCAL_SIZE"),
-               "PMIx under PALS mpiexec (Aurora: ALCF's examples read PMIX_RANK and PALS_LOCAL_RANKID; no world size is set, "
-               "users' Aurora scripts say `PALS_SIZE is never set by mpiexec on Aurora`)"),
-    Convention("pals", "PALS_RANKID", ("PALS_RANKID",), (), ("PALS_LOCAL_RANKID",), ("PALS_LOCAL_SIZE",),
-               "HPE Cray PALS (PALS_RANKID, PALS_LOCAL_RANKID, PALS_LOCAL_SIZE; no world size)"),
-    Convention("slurm", "SLURM_PROCID", ("SLURM_PROCID",), ("SLURM_NTASKS",), ("SLURM_LOCALID",), (),
-               "Slurm srun (sbatch/srun man pages: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE); "
-               "inside a step only: the batch script itself is not a rank", requires=("SLURM_STEP_ID",)),
+    Convention(
+        "torch",
+        "RANK",
+        ("RANK",),
+        ("WORLD_SIZE",),
+        ("LOCAL_RANK",),
+        ("LOCAL_WORLD_SIZE", "LOCAL_SIZE"),
+        "torchrun (torch/distributed/elastic/agent/server/api.py: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE); "
+        "DeepSpeed's launcher (deepspeed/launcher/launch.py: RANK, "
+        "LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE); our job scripts",
+    ),
+    Convention(
+        "openmpi",
+        "OMPI_COMM_WORLD_RANK",
+        ("OMPI_COMM_WORLD_RANK",),
+        ("OMPI_COMM_WORLD_SIZE",),
+        ("OMPI_COMM_WORLD_LOCAL_RANK",),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        "Open MPI, 'Environment variables set for MPI applications' (docs.open-mpi.org, tuning-apps/environment-var)",
+    ),
+    Convention(
+        "pmi",
+        "PMI_RANK",
+        ("PMI_RANK",),
+        ("PMI_SIZE",),
+        ("PMI_LOCAL_RANK", "PALS_LOCAL_RANKID", "MPI_LOCALRANKID"),
+        ("PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE", "MPI_LOCALNRANKS"),
+        "MPICH Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS); Cray PALS with PMI "
+        "(PMI_LOCAL_RANK/PMI_LOCAL_SIZE, ALCF's Polaris examples)",
+    ),
+    Convention(
+        "pmix",
+        "PMIX_RANK",
+        ("PMIX_RANK",),
+        ("PMI_SIZE",),
+        ("PALS_LOCAL_RANKID", "PMIX_LOCAL_RANK"),
+        ("PALS_LOCAL_SIZE", "PMIX_LOCAL_SIZE"),
+        "PMIx under PALS mpiexec (Aurora: ALCF's examples read PMIX_RANK and PALS_LOCAL_RANKID; no world size is set, "
+        "users' Aurora scripts say `PALS_SIZE is never set by mpiexec on Aurora`)",
+    ),
+    Convention(
+        "pals",
+        "PALS_RANKID",
+        ("PALS_RANKID",),
+        (),
+        ("PALS_LOCAL_RANKID",),
+        ("PALS_LOCAL_SIZE",),
+        "HPE Cray PALS (PALS_RANKID, PALS_LOCAL_RANKID, PALS_LOCAL_SIZE; no world size)",
+    ),
+    Convention(
+        "slurm",
+        "SLURM_PROCID",
+        ("SLURM_PROCID",),
+        ("SLURM_NTASKS",),
+        ("SLURM_LOCALID",),
+        (),
+        "Slurm srun (sbatch/srun man pages: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE); "
+        "inside a step only: the batch script itself is not a rank",
+        requires=("SLURM_STEP_ID",),
+    ),
 )
 
 
@@ -107,20 +148,27 @@ def discover(env: Mapping[str, str] = os.environ) -> RankInfo:
     conv = convention_of(env)
     if conv is None:
         if asked and asked > 1:
-            raise PreflightError(f"this process found no launcher's rank variables (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, "
-                                 f"PALS_RANKID, SLURM_PROCID) but the job asked for {asked} ranks",
-                                 hint="the launcher started plain copies: check the profile's launch.launcher")
+            raise PreflightError(
+                f"this process found no launcher's rank variables (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, "
+                f"PALS_RANKID, SLURM_PROCID) but the job asked for {asked} ranks",
+                hint="the launcher started plain copies: check the profile's launch.launcher",
+            )
         return RankInfo(0, 1, 0, 1, "single")
     rank = _int(_first(env, conv.rank), conv.rank[0], conv.name)
     world = _int(_first(env, conv.world), conv.world[0] if conv.world else "", conv.name)
     if world is None:
         if asked is None:
-            raise PreflightError(f"the launcher ({conv.name}) sets no world size and the job script passed none "
-                                 f"({protocol.ENV_WORLD_SIZE})", hint=f"export {protocol.ENV_WORLD_SIZE}=RANKS before the launcher")
+            raise PreflightError(
+                f"the launcher ({conv.name}) sets no world size and the job script passed none "
+                f"({protocol.ENV_WORLD_SIZE})",
+                hint=f"export {protocol.ENV_WORLD_SIZE}=RANKS before the launcher",
+            )
         world = asked
     elif asked is not None and world != asked:
-        raise PreflightError(f"the launcher ({conv.name}) started a world of {world} rank(s) but the job asked for {asked}",
-                             hint="check the launcher's -n/--ppn and the profile's gpus_per_node")
+        raise PreflightError(
+            f"the launcher ({conv.name}) started a world of {world} rank(s) but the job asked for {asked}",
+            hint="check the launcher's -n/--ppn and the profile's gpus_per_node",
+        )
     local_rank = _int(_first(env, conv.local_rank), "local rank", conv.name)
     local_size = _int(_first(env, conv.local_size), "local size", conv.name)
     if conv.name == "slurm" and local_size is None:
@@ -142,8 +190,10 @@ def export_env(info: RankInfo, env=os.environ) -> None:
         if not all_local:
             from .errors import TrainError
 
-            raise TrainError(f"MASTER_ADDR is not set for a {info.world_size}-rank job started by {info.source}",
-                             hint="the job script must export MASTER_ADDR/MASTER_PORT (the first node's address)")
+            raise TrainError(
+                f"MASTER_ADDR is not set for a {info.world_size}-rank job started by {info.source}",
+                hint="the job script must export MASTER_ADDR/MASTER_PORT (the first node's address)",
+            )
         env["MASTER_ADDR"] = "127.0.0.1"
     env.setdefault("MASTER_PORT", "29500")
     # GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are left exactly as the job script set them.
@@ -186,9 +236,14 @@ def init_distributed(info: RankInfo) -> None:
         store, seconds = preflight.gate(info, backend=backend)
         if store is not None:  # the process group starts on the store the gate already proved
             tdist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size)
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False,
-                               distributed_port=int(os.environ["MASTER_PORT"]),
-                               rank=info.rank, world_size=info.world_size)
+    deepspeed.init_distributed(
+        dist_backend=backend,
+        auto_mpi_discovery=False,
+        verbose=False,
+        distributed_port=int(os.environ["MASTER_PORT"]),
+        rank=info.rank,
+        world_size=info.world_size,
+    )
     if checked:
         preflight.probe(info, device=acc.current_device_name(), seconds=seconds)
 
@@ -215,8 +270,11 @@ def clear_stale_build_locks(env: Mapping[str, str] = os.environ, now: Optional[f
                 if age > STALE_LOCK_S:
                     os.unlink(lock)
                     removed.append(lock)
-                    print(f"[hpc-train] removed a stale DeepSpeed op build lock {lock} ({age / 60:.0f} min old: its build was killed)",
-                          flush=True)
+                    print(
+                        "[hpc-train] removed a stale DeepSpeed op build lock "
+                        f"{lock} ({age / 60:.0f} min old: its build was killed)",
+                        flush=True,
+                    )
             except OSError:
                 pass  # another rank removed it first
     return removed

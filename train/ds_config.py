@@ -33,23 +33,32 @@ class Batch:
     world_size: int
 
 
-_FIT_HINT = ("train_batch_size = micro_batch_per_gpu * grad_accum * world_size; "
-             "change --global-batch, --micro-batch or --grad-accum")
+_FIT_HINT = (
+    "train_batch_size = micro_batch_per_gpu * grad_accum * world_size; "
+    "change --global-batch, --micro-batch or --grad-accum"
+)
 
 
 def _fit_error(micro, accum, global_, world) -> TrainError:
-    return TrainError(f"batch arithmetic does not fit: global batch {global_} != micro-batch {micro} "
-                      f"x grad-accum {accum} x world size {world}", hint=_FIT_HINT)
+    return TrainError(
+        f"batch arithmetic does not fit: global batch {global_} != micro-batch {micro} "
+        f"x grad-accum {accum} x world size {world}",
+        hint=_FIT_HINT,
+    )
 
 
 def _underivable(global_, known_name, known, world, missing_name) -> TrainError:
-    return TrainError(f"batch arithmetic does not fit: global batch {global_} is not a multiple of "
-                      f"{known_name} {known} x world size {world} = {known * world}, so no whole "
-                      f"{missing_name} gives it", hint=_FIT_HINT)
+    return TrainError(
+        f"batch arithmetic does not fit: global batch {global_} is not a multiple of "
+        f"{known_name} {known} x world size {world} = {known * world}, so no whole "
+        f"{missing_name} gives it",
+        hint=_FIT_HINT,
+    )
 
 
-def resolve_batch(world_size: int, micro: Optional[int] = None, accum: Optional[int] = None,
-                  global_: Optional[int] = None) -> Batch:
+def resolve_batch(
+    world_size: int, micro: Optional[int] = None, accum: Optional[int] = None, global_: Optional[int] = None
+) -> Batch:
     """Fill in whichever of the three numbers is missing; refuse combinations that cannot hold."""
     for name, value in (("micro-batch", micro), ("grad-accum", accum), ("global batch", global_)):
         if value is not None and value < 1:
@@ -81,9 +90,19 @@ def stages_text(stages) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precision: str = "fp32",
-                 lr: float = 1e-3, total_steps: int = 1000, on_cpu: bool = False, monitor: str = "none",
-                 monitor_dir: str = "runs", job_name: str = "hpc-train") -> dict:
+def build_config(
+    *,
+    batch: Batch,
+    zero: int = 0,
+    offload: str = "none",
+    precision: str = "fp32",
+    lr: float = 1e-3,
+    total_steps: int = 1000,
+    on_cpu: bool = False,
+    monitor: str = "none",
+    monitor_dir: str = "runs",
+    job_name: str = "hpc-train",
+) -> dict:
     """The preset: AdamW + warmup/cosine LR, ZeRO stage, offload, precision, monitor."""
     if zero not in ZERO_STAGES:
         raise TrainError(f"--zero must be one of 0,1,2,3, got {zero}")
@@ -100,12 +119,17 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
         "train_micro_batch_size_per_gpu": batch.micro,
         "gradient_accumulation_steps": batch.accum,
         # Our own per-step line carries throughput; DeepSpeed's would interleave with it.
-        "steps_per_print": 10 ** 9,
-        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
-                                                  "weight_decay": 0.01}},
-        "scheduler": {"type": "WarmupCosineLR", "params": {
-            "total_num_steps": max(1, total_steps), "warmup_num_steps": max(1, min(100, total_steps // 10)),
-            "warmup_min_ratio": 0.0, "cos_min_ratio": 0.01}},
+        "steps_per_print": 10**9,
+        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
+        "scheduler": {
+            "type": "WarmupCosineLR",
+            "params": {
+                "total_num_steps": max(1, total_steps),
+                "warmup_num_steps": max(1, min(100, total_steps // 10)),
+                "warmup_min_ratio": 0.0,
+                "cos_min_ratio": 0.01,
+            },
+        },
         "zero_optimization": {"stage": zero},
         "wall_clock_breakdown": False,
     }
@@ -117,8 +141,14 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
             cfg["zero_force_ds_cpu_optimizer"] = False  # ZeRO-Offload otherwise insists on CPUAdam
     zero_cfg = cfg["zero_optimization"]
     if zero >= 2:
-        zero_cfg.update({"overlap_comm": not on_cpu, "contiguous_gradients": True,
-                         "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8})
+        zero_cfg.update(
+            {
+                "overlap_comm": not on_cpu,
+                "contiguous_gradients": True,
+                "reduce_bucket_size": 5e8,
+                "allgather_bucket_size": 5e8,
+            }
+        )
     if offload != "none":
         zero_cfg["offload_optimizer"] = {"device": "cpu", "pin_memory": not on_cpu}
     if offload == "optimizer+params":
@@ -131,8 +161,14 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
             cfg["data_types"] = {"buffer_dtype": "bf16"}
     elif precision == "fp16":
         # Dynamic loss scaling (loss_scale 0), the settings of the seeds' fp16 run.
-        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 15,
-                       "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 1}
+        cfg["fp16"] = {
+            "enabled": True,
+            "loss_scale": 0,
+            "initial_scale_power": 15,
+            "loss_scale_window": 500,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        }
         if on_cpu:  # the same BatchNorm rule for fp16 on CPUs with fp16 kernels (AVX512-FP16/AMX)
             cfg["data_types"] = {"buffer_dtype": "fp16"}
 
@@ -143,8 +179,7 @@ def build_config(*, batch: Batch, zero: int = 0, offload: str = "none", precisio
     elif monitor == "wandb":
         import os
 
-        cfg["wandb"] = {"enabled": True, "project": os.environ.get("WANDB_PROJECT", "hpc-launch"),
-                        "group": job_name}
+        cfg["wandb"] = {"enabled": True, "project": os.environ.get("WANDB_PROJECT", "hpc-launch"), "group": job_name}
         if os.environ.get("WANDB_ENTITY"):
             cfg["wandb"]["team"] = os.environ["WANDB_ENTITY"]
     elif monitor != "none":
@@ -180,20 +215,28 @@ def merge_user_config(preset: dict, user: dict, world_size: int) -> dict:
     preset's and the missing ones are derived (so a bad combination gets the same clear error)."""
     merged = _deep_merge(preset, {k: v for k, v in user.items() if k not in BATCH_KEYS})
     if any(k in user for k in BATCH_KEYS):
-        batch = resolve_batch(world_size, user.get("train_micro_batch_size_per_gpu"),
-                              user.get("gradient_accumulation_steps"), user.get("train_batch_size"))
+        batch = resolve_batch(
+            world_size,
+            user.get("train_micro_batch_size_per_gpu"),
+            user.get("gradient_accumulation_steps"),
+            user.get("train_batch_size"),
+        )
         merged.update(batch_keys(batch))
     return merged
 
 
 def batch_keys(batch: Batch) -> dict:
-    return {"train_batch_size": batch.global_, "train_micro_batch_size_per_gpu": batch.micro,
-            "gradient_accumulation_steps": batch.accum}
+    return {
+        "train_batch_size": batch.global_,
+        "train_micro_batch_size_per_gpu": batch.micro,
+        "gradient_accumulation_steps": batch.accum,
+    }
 
 
 def batch_of(cfg: dict, world_size: int) -> Batch:
-    return Batch(cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"],
-                 cfg["train_batch_size"], world_size)
+    return Batch(
+        cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"], world_size
+    )
 
 
 class _FixedWorld:
@@ -234,8 +277,12 @@ def validate(cfg: dict, world_size: int):
             return DeepSpeedConfig(copy.deepcopy(cfg))
     except AssertionError as err:
         if "batch" in str(err):
-            raise _fit_error(cfg.get("train_micro_batch_size_per_gpu"), cfg.get("gradient_accumulation_steps"),
-                             cfg.get("train_batch_size"), world_size) from None
+            raise _fit_error(
+                cfg.get("train_micro_batch_size_per_gpu"),
+                cfg.get("gradient_accumulation_steps"),
+                cfg.get("train_batch_size"),
+                world_size,
+            ) from None
         raise TrainError(f"DeepSpeed rejected the config: {err}") from None
     except (ValueError, TypeError) as err:  # pydantic ValidationError is a ValueError
         raise TrainError(f"DeepSpeed rejected the config: {' '.join(str(err).split())}") from None

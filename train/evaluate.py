@@ -23,8 +23,15 @@ def topk_correct(logits, labels, valid, ks=(1, 5)):
     return torch.stack([hit[:, : min(k, k_max)].any(dim=1).sum() for k in ks]).to(torch.float64)
 
 
-def accuracy(forward: Callable, dataset, rank: int = 0, world_size: int = 1, batch_size: int = 256,
-             limit: Optional[int] = None, all_reduce: Optional[Callable] = None) -> dict:
+def accuracy(
+    forward: Callable,
+    dataset,
+    rank: int = 0,
+    world_size: int = 1,
+    batch_size: int = 256,
+    limit: Optional[int] = None,
+    all_reduce: Optional[Callable] = None,
+) -> dict:
     """{"top1", "top5", "samples"} over `dataset` split across ranks (padding never counted)."""
     import torch
     from torch.utils.data import DataLoader
@@ -52,11 +59,15 @@ def eval_line(result: dict, **extra) -> str:
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m train.evaluate",
-                                description="Load a training checkpoint into one process; report top-1/top-5.")
+    p = argparse.ArgumentParser(
+        prog="python -m train.evaluate", description="Load a training checkpoint into one process; report top-1/top-5."
+    )
     p.add_argument("--checkpoint-dir", required=True, help="checkpoint directory, or one of its global_stepN folders")
-    p.add_argument("--data", default=None, help="synthetic | digits | ImageFolder root (uses ROOT/val); "
-                                                "default: the data the checkpoint was trained on")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="synthetic | digits | ImageFolder root (uses ROOT/val); default: the data the checkpoint was trained on",
+    )
     p.add_argument("--model", default=None, help="default: the model recorded in the checkpoint")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N validation images")
@@ -81,8 +92,12 @@ def run(argv=None) -> int:
     from .data import build_data
     from .models import build_model
 
-    data = build_data(data_spec, args.image_size or meta.get("image_size"),
-                      num_classes=meta.get("num_classes", 10), seed=meta.get("seed", 0))
+    data = build_data(
+        data_spec,
+        args.image_size or meta.get("image_size"),
+        num_classes=meta.get("num_classes", 10),
+        seed=meta.get("seed", 0),
+    )
     if data.val is None:
         raise TrainError(f"{data_spec} has no validation split", hint="expected ROOT/val/<class>/...")
     model = build_model(model_name, meta.get("num_classes", data.num_classes))

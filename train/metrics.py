@@ -7,7 +7,7 @@ from typing import Optional
 
 from hpc_launch.metrics_line import format_step_line
 
-GB = 1024 ** 3
+GB = 1024**3
 
 
 class StepMeter:
@@ -57,6 +57,14 @@ def memory_gb() -> tuple:
 
 def step_line(step: int, epoch: int, loss: float, lr: float, meter: StepMeter, world_size: int) -> str:
     alloc, peak = memory_gb()
-    return format_step_line(step=step, epoch=epoch, loss=loss, lr=lr, samples_per_sec=meter.current,
-                            avg_samples_per_sec=meter.average, mem_alloc_gb=alloc, mem_peak_gb=peak,
-                            world_size=world_size)
+    return format_step_line(
+        step=step,
+        epoch=epoch,
+        loss=loss,
+        lr=lr,
+        samples_per_sec=meter.current,
+        avg_samples_per_sec=meter.average,
+        mem_alloc_gb=alloc,
+        mem_peak_gb=peak,
+        world_size=world_size,
+    )

@@ -13,10 +13,18 @@ def _small_cnn(num_classes: int):
     # ~25k params: trains in seconds on 2 CPU cores; BatchNorm kept so the bf16 path meets
     # the same buffer-dtype issue a ResNet does.
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
-        nn.Conv2d(32, 64, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-        nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes),
+        nn.Conv2d(3, 32, 3, padding=1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(64, 64, 3, padding=1, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
     )
 
 
@@ -30,9 +38,11 @@ def torchvision_models() -> list:
 def check_model_name(name: str) -> None:
     if name in SMALL_MODELS or name in torchvision_models():
         return
-    raise TrainError(f"unknown model {name!r}",
-                     hint="use smallcnn or a torchvision classification model such as resnet50; "
-                          "`python -m train --list-models` lists them")
+    raise TrainError(
+        f"unknown model {name!r}",
+        hint="use smallcnn or a torchvision classification model such as resnet50; "
+        "`python -m train --list-models` lists them",
+    )
 
 
 def build_model(name: str, num_classes: int, device=None):

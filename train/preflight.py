@@ -83,8 +83,14 @@ def _device(local_rank: int) -> Optional[str]:
     acc = get_accelerator()
     if acc.device_name() == "cpu":
         return None
-    visible = next((os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-                                            "ZE_AFFINITY_MASK") if os.environ.get(k)), "")
+    visible = next(
+        (
+            os.environ[k]
+            for k in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+            if os.environ.get(k)
+        ),
+        "",
+    )
     index = acc.current_device()
     ids = visible.split(",") if visible else []
     # the physical id when the launcher narrowed the visible devices, else the index itself
@@ -94,10 +100,18 @@ def _device(local_rank: int) -> Optional[str]:
 def local_facts(info: RankInfo, *, ifname: Optional[str], device: Optional[str]) -> Dict:
     import torch
 
-    return {"rank": info.rank, "host": socket.gethostname(), "local_rank": info.local_rank,
-            "local_size": info.local_size, "threads": torch.get_num_threads(),
-            "cpus": sorted(os.sched_getaffinity(0)), "device": device,
-            "ifname": ifname, "if_problem": interface_problem(ifname), "source": info.source}
+    return {
+        "rank": info.rank,
+        "host": socket.gethostname(),
+        "local_rank": info.local_rank,
+        "local_size": info.local_size,
+        "threads": torch.get_num_threads(),
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "device": device,
+        "ifname": ifname,
+        "if_problem": interface_problem(ifname),
+        "source": info.source,
+    }
 
 
 # ---- the whole world against the plan (rank 0) -------------------------------------------------
@@ -111,38 +125,81 @@ def check(facts: Sequence[Mapping], *, world: int, ranks_per_node: Optional[int]
         by_host[f["host"]].append(f)
     seen_ranks = sorted(f["rank"] for f in facts)
     if seen_ranks != list(range(world)):
-        problems.append(Problem(",".join(sorted(by_host)), f"ranks {seen_ranks} started, the job asked for 0..{world - 1}",
-                                "check the launcher's rank count (-n, --ppn, --ntasks-per-node)"))
+        problems.append(
+            Problem(
+                ",".join(sorted(by_host)),
+                f"ranks {seen_ranks} started, the job asked for 0..{world - 1}",
+                "check the launcher's rank count (-n, --ppn, --ntasks-per-node)",
+            )
+        )
     for host, ranks in sorted(by_host.items()):
         names = ", ".join(str(f["rank"]) for f in ranks)
         if ranks_per_node and len(ranks) != ranks_per_node:
-            problems.append(Problem(host, f"{len(ranks)} rank(s) ({names}) on this host, the job planned {ranks_per_node} per node",
-                                    "check the launcher's per-node count (--ppn, --npernode, --ntasks-per-node) and the hostfile's slots"))
+            problems.append(
+                Problem(
+                    host,
+                    f"{len(ranks)} rank(s) ({names}) on this host, the job planned {ranks_per_node} per node",
+                    "check the launcher's per-node count (--ppn, "
+                    "--npernode, --ntasks-per-node) and the hostfile's slots",
+                )
+            )
         locals_ = [f["local_rank"] for f in ranks]
         if len(set(locals_)) != len(locals_):
-            problems.append(Problem(host, f"ranks {names} share local ranks {sorted(locals_)}: two ranks would drive one device",
-                                    "the launcher's local rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)"))
+            problems.append(
+                Problem(
+                    host,
+                    f"ranks {names} share local ranks {sorted(locals_)}: two ranks would drive one device",
+                    "the launcher's local rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+                )
+            )
         sizes = {f["local_size"] for f in ranks if f["local_size"] is not None}
         if sizes and sizes != {len(ranks)}:
-            problems.append(Problem(host, f"the launcher says {sorted(sizes)} rank(s) per node, {len(ranks)} started here",
-                                    "check the launcher's per-node count"))
+            problems.append(
+                Problem(
+                    host,
+                    f"the launcher says {sorted(sizes)} rank(s) per node, {len(ranks)} started here",
+                    "check the launcher's per-node count",
+                )
+            )
         devices = [f["device"] for f in ranks if f["device"] is not None]
         if len(set(devices)) != len(devices):
-            problems.append(Problem(host, f"ranks {names} share accelerator(s) {sorted(devices)}",
-                                    "give each local rank its own device (CUDA_VISIBLE_DEVICES / ZE_AFFINITY_MASK per rank, or none)"))
+            problems.append(
+                Problem(
+                    host,
+                    f"ranks {names} share accelerator(s) {sorted(devices)}",
+                    "give each local rank its own device (CUDA_VISIBLE_DEVICES / ZE_AFFINITY_MASK per rank, or none)",
+                )
+            )
         for f in ranks:
             if f["threads"] > len(f["cpus"]):
-                problems.append(Problem(host, f"rank {f['rank']} runs {f['threads']} threads in a {len(f['cpus'])}-CPU binding",
-                                        f"set OMP_NUM_THREADS={len(f['cpus'])} (or the profile's launch threads) to match the binding"))
+                problems.append(
+                    Problem(
+                        host,
+                        f"rank {f['rank']} runs {f['threads']} threads in a {len(f['cpus'])}-CPU binding",
+                        f"set OMP_NUM_THREADS={len(f['cpus'])} (or the profile's launch threads) to match the binding",
+                    )
+                )
         union = set().union(*(set(f["cpus"]) for f in ranks))
         total = sum(f["threads"] for f in ranks)
         if total > len(union) and not any(f["threads"] > len(f["cpus"]) for f in ranks):
-            problems.append(Problem(host, f"{len(ranks)} rank(s) run {total} threads on {len(union)} CPUs",
-                                    f"set OMP_NUM_THREADS={max(1, len(union) // len(ranks))} (CPUs / ranks per node)"))
+            problems.append(
+                Problem(
+                    host,
+                    f"{len(ranks)} rank(s) run {total} threads on {len(union)} CPUs",
+                    f"set OMP_NUM_THREADS={max(1, len(union) // len(ranks))} (CPUs / ranks per node)",
+                )
+            )
         for f in ranks:
             if f["if_problem"]:
-                problems.append(Problem(host, f["if_problem"], "set the profile's net_if to an interface every node has, "
-                                        "or keep this node out (it is remembered as bad: `hpc-launch hosts`)", bad_host=True))
+                problems.append(
+                    Problem(
+                        host,
+                        f["if_problem"],
+                        "set the profile's net_if to an interface every node has, "
+                        "or keep this node out (it is remembered as bad: `hpc-launch hosts`)",
+                        bad_host=True,
+                    )
+                )
                 break
     return problems
 
@@ -175,7 +232,9 @@ def gate(info: RankInfo, *, backend: str, env: Mapping[str, str] = os.environ):
     if info.world_size == 1:  # no peers: only this rank's own facts
         problems = check([facts], world=1, ranks_per_node=None)
         if problems:
-            raise PreflightError(_fail(problems), hint=f"nothing trained; the job ends with exit {protocol.EXIT_PREFLIGHT}")
+            raise PreflightError(
+                _fail(problems), hint=f"nothing trained; the job ends with exit {protocol.EXIT_PREFLIGHT}"
+            )
         return None, time.monotonic() - t0
     # torchrun's agent already serves the store on MASTER_PORT (and may restart the workers)
     agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
@@ -195,13 +254,18 @@ def gate(info: RankInfo, *, backend: str, env: Mapping[str, str] = os.environ):
         store.wait([f"{prefix}/verdict"], timedelta(seconds=limit + 30))
         verdict = store.get(f"{prefix}/verdict").decode()
     except Exception:  # noqa: BLE001 - rank 0 never judged: it is the one missing
-        raise PreflightError(f"rank {info.rank} on {facts['host']}: rank 0 gave no verdict within {limit + 30:.0f} s "
-                             f"(rank 0 did not start, or started twice elsewhere)",
-                             hint="look for rank 0's host in the launcher's output", every_rank=True) from None
+        raise PreflightError(
+            f"rank {info.rank} on {facts['host']}: rank 0 gave no verdict within {limit + 30:.0f} s "
+            f"(rank 0 did not start, or started twice elsewhere)",
+            hint="look for rank 0's host in the launcher's output",
+            every_rank=True,
+        ) from None
     if claims > 1:
-        raise PreflightError(f"rank {info.rank} was started twice (again on {facts['host']})",
-                             hint="the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
-                             every_rank=True)
+        raise PreflightError(
+            f"rank {info.rank} was started twice (again on {facts['host']})",
+            hint="the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+            every_rank=True,
+        )
     if verdict:
         raise PreflightError(verdict, hint=f"nothing trained; the job ends with exit {protocol.EXIT_PREFLIGHT}")
     return store, time.monotonic() - t0
@@ -228,19 +292,28 @@ def _store(env: Mapping[str, str], info: RankInfo, *, serve: bool, limit: float)
 
     addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
     try:
-        return tdist.TCPStore(addr, port, info.world_size, is_master=serve, timeout=timedelta(seconds=limit),
-                              wait_for_workers=False)
+        return tdist.TCPStore(
+            addr, port, info.world_size, is_master=serve, timeout=timedelta(seconds=limit), wait_for_workers=False
+        )
     except tdist.DistNetworkError as err:
         if not serve or "EADDRINUSE" not in str(err):
             raise
     # The port is taken here: another rank 0 (started twice) serves it, which joining as a client
     # reveals; anything else there fails the handshake and is named.
     try:
-        return tdist.TCPStore(addr, port, info.world_size, is_master=False, timeout=timedelta(seconds=min(limit, 30)),
-                              wait_for_workers=False)
+        return tdist.TCPStore(
+            addr,
+            port,
+            info.world_size,
+            is_master=False,
+            timeout=timedelta(seconds=min(limit, 30)),
+            wait_for_workers=False,
+        )
     except Exception:  # noqa: BLE001 - not a store: some other program holds the port
-        raise PreflightError(f"MASTER_PORT {port} on {socket.gethostname()} is held by another program",
-                             hint="the job picks a free port at its start; a second job on this node may have taken it: submit again") from None
+        raise PreflightError(
+            f"MASTER_PORT {port} on {socket.gethostname()} is held by another program",
+            hint="the job picks a free port at its start; a second job on this node may have taken it: submit again",
+        ) from None
 
 
 def _judge(store, prefix: str, info: RankInfo, env: Mapping[str, str], limit: float, t0: float) -> str:
@@ -259,14 +332,29 @@ def _judge(store, prefix: str, info: RankInfo, env: Mapping[str, str], limit: fl
         hosts = {r: store.get(f"{prefix}/twice/{r}").decode() for r in twice}
         first = {f["rank"]: f["host"] for f in facts}
         where = "; ".join(f"rank {r} on {first.get(r, '?')} and again on {h}" for r, h in hosts.items())
-        return _fail([Problem(",".join(sorted(set(hosts.values()))), f"a rank started twice: {where}",
-                              "the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)")])
+        return _fail(
+            [
+                Problem(
+                    ",".join(sorted(set(hosts.values()))),
+                    f"a rank started twice: {where}",
+                    "the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+                )
+            ]
+        )
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
         came = sorted({f["host"] for f in facts})
-        return _fail([Problem(",".join(came), f"{len(missing)} of {world} rank(s) never arrived within {limit:.0f} s (ranks {shown}); "
-                              f"arrived from: {', '.join(came)}",
-                              f"check that the launcher starts {world} ranks; raise ${protocol.ENV_PREFLIGHT_TIMEOUT} if they start slowly")])
+        return _fail(
+            [
+                Problem(
+                    ",".join(came),
+                    f"{len(missing)} of {world} rank(s) never arrived within {limit:.0f} s (ranks {shown}); "
+                    f"arrived from: {', '.join(came)}",
+                    f"check that the launcher starts {world} ranks; raise "
+                    f"${protocol.ENV_PREFLIGHT_TIMEOUT} if they start slowly",
+                )
+            ]
+        )
     per_node = env.get(protocol.ENV_RANKS_PER_NODE)
     problems = check(facts, world=world, ranks_per_node=int(per_node) if per_node and per_node.isdigit() else None)
     return _fail(problems) if problems else ""
@@ -294,8 +382,10 @@ def probe(info: RankInfo, *, device: str, seconds: float) -> None:
     tdist.all_reduce(x)  # the first one sets up the connections
     want = info.world_size * (info.world_size + 1) / 2
     if float(x[0]) != want:
-        raise PreflightError(f"the all-reduce across {info.world_size} ranks added up to {float(x[0])}, not {want}",
-                             hint="the interconnect or the backend is broken on some host: rerun with NCCL_DEBUG=INFO")
+        raise PreflightError(
+            f"the all-reduce across {info.world_size} ranks added up to {float(x[0])}, not {want}",
+            hint="the interconnect or the backend is broken on some host: rerun with NCCL_DEBUG=INFO",
+        )
     x.fill_(1.0)
     t = time.monotonic()
     tdist.all_reduce(x)
@@ -309,6 +399,8 @@ def probe(info: RankInfo, *, device: str, seconds: float) -> None:
         # bus bandwidth as nccl-tests reports it: 2(n-1)/n x bytes / time
         bus = 2 * (info.world_size - 1) / info.world_size * PROBE_BYTES / max(slowest[1], 1e-9) / 1e9
         hosts = len({h for h, _ in times})
-        _say(f"{protocol.PREFLIGHT_OK}{_plural(info.world_size, 'rank')} on {_plural(hosts, 'host')}: ranks, threads, "
-             f"devices and interfaces as planned; all-reduce {PROBE_BYTES >> 20} MiB in {slowest[1] * 1000:.1f} ms "
-             f"({bus:.2f} GB/s bus, slowest {slowest[0]}); gate {seconds + took:.1f} s")
+        _say(
+            f"{protocol.PREFLIGHT_OK}{_plural(info.world_size, 'rank')} on {_plural(hosts, 'host')}: ranks, threads, "
+            f"devices and interfaces as planned; all-reduce {PROBE_BYTES >> 20} MiB in {slowest[1] * 1000:.1f} ms "
+            f"({bus:.2f} GB/s bus, slowest {slowest[0]}); gate {seconds + took:.1f} s"
+        )

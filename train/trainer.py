@@ -22,12 +22,16 @@ def check_precision(precision: str) -> None:
 
     acc = get_accelerator()
     if precision == "fp16" and not acc.is_fp16_supported():
-        raise TrainError(f"--precision fp16 is not supported by DeepSpeed's {acc.device_name()} accelerator "
-                         "on this machine (no fp16 CPU kernels: needs AVX512-FP16/AMX)",
-                         hint="use --precision bf16 or fp32 here; fp16 works on GPUs")
+        raise TrainError(
+            f"--precision fp16 is not supported by DeepSpeed's {acc.device_name()} accelerator "
+            "on this machine (no fp16 CPU kernels: needs AVX512-FP16/AMX)",
+            hint="use --precision bf16 or fp32 here; fp16 works on GPUs",
+        )
     if precision == "bf16" and not acc.is_bf16_supported():
-        raise TrainError(f"--precision bf16 is not supported by the {acc.device_name()} accelerator",
-                         hint="use --precision fp16 or fp32")
+        raise TrainError(
+            f"--precision bf16 is not supported by the {acc.device_name()} accelerator",
+            hint="use --precision fp16 or fp32",
+        )
 
 
 def check_monitor(monitor: str) -> None:
@@ -35,24 +39,37 @@ def check_monitor(monitor: str) -> None:
         try:
             import tensorboard  # noqa: F401
         except ImportError:
-            raise TrainError("--monitor tensorboard needs the tensorboard package",
-                             hint="pip install tensorboard, or use --monitor csv") from None
+            raise TrainError(
+                "--monitor tensorboard needs the tensorboard package",
+                hint="pip install tensorboard, or use --monitor csv",
+            ) from None
     if monitor == "wandb":
         try:
             import wandb  # noqa: F401
         except ImportError:
             raise TrainError("--monitor wandb needs the wandb package", hint="pip install wandb") from None
         if not os.environ.get("WANDB_API_KEY"):
-            raise TrainError("--monitor wandb needs WANDB_API_KEY in the environment",
-                             hint="export it in the job environment; keys are never read from flags or files")
+            raise TrainError(
+                "--monitor wandb needs WANDB_API_KEY in the environment",
+                hint="export it in the job environment; keys are never read from flags or files",
+            )
 
 
 def resolve_config(args, world_size: int) -> dict:
     """The DeepSpeed config this run uses, validated by DeepSpeed for `world_size` ranks."""
     batch = resolve_batch(world_size, args.micro_batch, args.grad_accum, args.global_batch)
-    cfg = build_config(batch=batch, zero=args.zero, offload=args.offload, precision=args.precision, lr=args.lr,
-                       total_steps=args.total_steps, on_cpu=_on_cpu(), monitor=args.monitor,
-                       monitor_dir=args.monitor_dir, job_name=args.job_name)
+    cfg = build_config(
+        batch=batch,
+        zero=args.zero,
+        offload=args.offload,
+        precision=args.precision,
+        lr=args.lr,
+        total_steps=args.total_steps,
+        on_cpu=_on_cpu(),
+        monitor=args.monitor,
+        monitor_dir=args.monitor_dir,
+        job_name=args.job_name,
+    )
     if args.ds_config:
         cfg = merge_user_config(cfg, load_user_config(args.ds_config), world_size)
     validate(cfg, world_size)
@@ -101,7 +118,10 @@ def run(args) -> int:
     if info.local_rank == 0:  # one line per node: where the ranks run (pods, schedulers alike)
         import socket
 
-        print(f"[hpc-train] node {socket.gethostname()}: rank {info.rank} of {info.world_size}, pid {os.getpid()}", flush=True)
+        print(
+            f"[hpc-train] node {socket.gethostname()}: rank {info.rank} of {info.world_size}, pid {os.getpid()}",
+            flush=True,
+        )
 
     def say(msg):
         if is_main:
@@ -113,16 +133,23 @@ def run(args) -> int:
 
     check_model_name(args.model)
     check_monitor(args.monitor)
-    data = build_data(args.data, args.image_size, num_classes=args.num_classes,
-                      synthetic_samples=args.synthetic_samples, seed=args.seed)
+    data = build_data(
+        args.data,
+        args.image_size,
+        num_classes=args.num_classes,
+        synthetic_samples=args.synthetic_samples,
+        seed=args.seed,
+    )
     # Steps depend on the batch, the batch on the config: resolve with a provisional step count.
     args.total_steps = args.steps or 1
     cfg = resolve_config(args, info.world_size)
     batch = batch_of(cfg, info.world_size)
     steps_per_epoch = micro_batches_per_epoch(len(data.train), batch.micro, info.world_size) // batch.accum
     if steps_per_epoch == 0:
-        raise TrainError(f"one optimizer step needs {batch.global_} samples but {args.data} has {len(data.train)}",
-                         hint="lower --grad-accum or --micro-batch")
+        raise TrainError(
+            f"one optimizer step needs {batch.global_} samples but {args.data} has {len(data.train)}",
+            hint="lower --grad-accum or --micro-batch",
+        )
     args.total_steps = args.steps or args.epochs * steps_per_epoch
     cfg = resolve_config(args, info.world_size)
     dtype, precision = _precision_of(cfg)
@@ -158,9 +185,19 @@ def run(args) -> int:
     say(f"[hpc-train] DeepSpeed ready in {time.perf_counter() - init_started:.1f} s")
     ready_at = time.time()
     device = engine.device
-    meta = {"model": args.model, "data": args.data, "num_classes": data.num_classes, "image_size": data.image_size,
-            "zero_stage": engine.zero_optimization_stage(), "precision": precision, "world_size": info.world_size,
-            "global_batch": batch.global_, "micro_batch": batch.micro, "grad_accum": batch.accum, "seed": args.seed}
+    meta = {
+        "model": args.model,
+        "data": args.data,
+        "num_classes": data.num_classes,
+        "image_size": data.image_size,
+        "zero_stage": engine.zero_optimization_stage(),
+        "precision": precision,
+        "world_size": info.world_size,
+        "global_batch": batch.global_,
+        "micro_batch": batch.micro,
+        "grad_accum": batch.accum,
+        "seed": args.seed,
+    }
 
     step = 0
     found = checkpoint.resolve_resume(args.resume, args.checkpoint_dir)
@@ -169,14 +206,18 @@ def run(args) -> int:
         if saved.get("model") != args.model:
             raise TrainError(f"checkpoint {found[1]} is of model {saved.get('model')}, not {args.model}")
         if saved.get("global_batch") != batch.global_:
-            say(f"warning: checkpoint global batch {saved.get('global_batch')} != {batch.global_}; "
-                "data position follows the step count")
+            say(
+                f"warning: checkpoint global batch {saved.get('global_batch')} != {batch.global_}; "
+                "data position follows the step count"
+            )
         step = int(saved["step"])
         say(f"resumed from {os.path.join(*found)} at step {step}")
     stop = StopRequest(os.environ.get("HPC_LAUNCH_STOP"), os.environ.get("HPC_LAUNCH_DEADLINE"))
-    say(f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
+    say(
+        f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
         f"offload={args.offload} precision={precision} micro={batch.micro} accum={batch.accum} global={batch.global_} "
-        f"steps={args.total_steps} steps/epoch={steps_per_epoch} threads/rank={torch.get_num_threads()}")
+        f"steps={args.total_steps} steps/epoch={steps_per_epoch} threads/rank={torch.get_num_threads()}"
+    )
 
     from .metrics import StepMeter, step_line
 
@@ -185,8 +226,18 @@ def run(args) -> int:
     started = time.perf_counter()
     while step < args.total_steps:
         epoch, in_epoch = divmod(step, steps_per_epoch)
-        batches = iter(train_loader(data.train, batch.micro, info.rank, info.world_size, args.seed, epoch,
-                                    in_epoch * batch.accum, args.num_workers))
+        batches = iter(
+            train_loader(
+                data.train,
+                batch.micro,
+                info.rank,
+                info.world_size,
+                args.seed,
+                epoch,
+                in_epoch * batch.accum,
+                args.num_workers,
+            )
+        )
         for _ in range(in_epoch, steps_per_epoch):
             if step >= args.total_steps:
                 break
@@ -213,12 +264,17 @@ def run(args) -> int:
                 loss_value = mean_loss.item() / info.world_size
                 say(step_line(step, epoch, loss_value, engine.get_lr()[0], meter, info.world_size))
                 if is_main and engine.monitor.enabled:  # DeepSpeed's monitor logs lr itself, not the loss
-                    engine.monitor.write_events([("Train/Samples/train_loss", loss_value, engine.global_samples),
-                                                 ("Train/Samples/samples_per_sec", meter.average,
-                                                  engine.global_samples)])
+                    engine.monitor.write_events(
+                        [
+                            ("Train/Samples/train_loss", loss_value, engine.global_samples),
+                            ("Train/Samples/samples_per_sec", meter.average, engine.global_samples),
+                        ]
+                    )
             if step == 1:  # epoch seconds of each start-up phase on rank 0 (bench/bench_launch.py)
-                say(f"[hpc-train] start-up: process={started_at:.3f} imported={imported_at:.3f} process_group={group_at:.3f} "
-                    f"deepspeed={ready_at:.3f} first_step={time.time():.3f}")
+                say(
+                    f"[hpc-train] start-up: process={started_at:.3f} imported={imported_at:.3f} "
+                    f"process_group={group_at:.3f} deepspeed={ready_at:.3f} first_step={time.time():.3f}"
+                )
             if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
                 with watchdog.busy(wd):
                     checkpoint.save(engine, args.checkpoint_dir, step, meta)
@@ -229,12 +285,16 @@ def run(args) -> int:
                 if wd is not None:
                     wd.stop()
                 if not args.checkpoint_dir:
-                    say(f"[hpc-train] stopping for time at step {step} with no --checkpoint-dir: nothing to resume from")
+                    say(
+                        f"[hpc-train] stopping for time at step {step} with no --checkpoint-dir: nothing to resume from"
+                    )
                     return RESUMABLE_EXIT
                 if last_saved != step:
                     checkpoint.save(engine, args.checkpoint_dir, step, meta)
-                say(f"[hpc-train] stopped for time at step {step} of {args.total_steps}: checkpoint saved, resumable "
-                    f"(exit {RESUMABLE_EXIT})")
+                say(
+                    f"[hpc-train] stopped for time at step {step} of {args.total_steps}: checkpoint saved, resumable "
+                    f"(exit {RESUMABLE_EXIT})"
+                )
                 dcomm.barrier()
                 return RESUMABLE_EXIT
     if wd is not None:
@@ -249,8 +309,15 @@ def run(args) -> int:
         from .evaluate import accuracy, eval_line
 
         engine.eval()
-        result = accuracy(lambda x: engine(x.to(device, dtype)), data.val, info.rank, info.world_size,
-                          batch_size=max(batch.micro, 64), limit=args.eval_limit, all_reduce=dcomm.all_reduce)
+        result = accuracy(
+            lambda x: engine(x.to(device, dtype)),
+            data.val,
+            info.rank,
+            info.world_size,
+            batch_size=max(batch.micro, 64),
+            limit=args.eval_limit,
+            all_reduce=dcomm.all_reduce,
+        )
         engine.train()
         say(eval_line(result, split="val", step=step))
     dcomm.barrier()

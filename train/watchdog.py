@@ -47,10 +47,10 @@ class Progress:
     rank: int
     host: str
     step: int
-    at: float          # wall time the rank reached `step`
-    work_s: float      # its own work per step (data + forward), a moving average
-    beat: float        # the watchdog thread's last heartbeat
-    busy: bool         # checkpointing or evaluating: not advancing by design
+    at: float  # wall time the rank reached `step`
+    work_s: float  # its own work per step (data + forward), a moving average
+    beat: float  # the watchdog thread's last heartbeat
+    busy: bool  # checkpointing or evaluating: not advancing by design
     pid: int = 0
 
     def encode(self) -> str:
@@ -75,8 +75,12 @@ class Limits:
                 return float(env.get(key) or default)
             except ValueError:
                 return default
-        return cls(num("HPC_LAUNCH_HANG_S", cls.floor_s), num("HPC_LAUNCH_HANG_FACTOR", cls.factor),
-                   num("HPC_LAUNCH_STRAGGLER_FACTOR", cls.straggler))
+
+        return cls(
+            num("HPC_LAUNCH_HANG_S", cls.floor_s),
+            num("HPC_LAUNCH_HANG_FACTOR", cls.factor),
+            num("HPC_LAUNCH_STRAGGLER_FACTOR", cls.straggler),
+        )
 
 
 # ---- the rules, on what the store holds (pure: tested without a job) -----------------------------
@@ -143,8 +147,14 @@ class Watchdog:
         self.prefix = f"{_KEY}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         self.poll_s = max(0.5, min(5.0, limits.floor_s / 6))
         # its own connection to the store: never waits behind the main thread's requests
-        self.store = tdist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), info.world_size, is_master=False,
-                                    timeout=timedelta(seconds=max(5.0, self.poll_s * 2)), wait_for_workers=False)
+        self.store = tdist.TCPStore(
+            env["MASTER_ADDR"],
+            int(env["MASTER_PORT"]),
+            info.world_size,
+            is_master=False,
+            timeout=timedelta(seconds=max(5.0, self.poll_s * 2)),
+            wait_for_workers=False,
+        )
         self.step = 0
         self.at = time.time()
         self.work_s = 0.0
@@ -221,9 +231,11 @@ class Watchdog:
             except Exception:  # noqa: BLE001 - rank 0's process serves the store; it stopped answering
                 self._store_silent_since = self._store_silent_since or now
                 if now - self._store_silent_since > self.limits.floor_s and self.info.local_rank == 0:
-                    self._end(f"rank 0 on {os.environ.get('MASTER_ADDR', '?')} (the rendezvous store there stopped answering "
-                              f"for {now - self._store_silent_since:.0f} s: rank 0's process is stopped or its host froze)",
-                              announce=True)
+                    self._end(
+                        f"rank 0 on {os.environ.get('MASTER_ADDR', '?')} (the rendezvous store there stopped answering "
+                        f"for {now - self._store_silent_since:.0f} s: rank 0's process is stopped or its host froze)",
+                        announce=True,
+                    )
                 continue
             if verdict:
                 self._end(verdict, announce=False)
@@ -232,15 +244,24 @@ class Watchdog:
     def _check(self, progress: List[Progress], now: float) -> None:
         bound = hang_bound(progress, self.limits, self.step_times)
         culprit = stalled(progress, now, bound)
-        self._frozen_here = [p.pid for p in progress if p.host == self.host and now - p.beat > bound / 2 and p.pid != os.getpid()]
+        self._frozen_here = [
+            p.pid for p in progress if p.host == self.host and now - p.beat > bound / 2 and p.pid != os.getpid()
+        ]
         if culprit is not None:
             live = [p for p in progress if now - p.beat <= bound / 2]
             if live and min(p.rank for p in live) == self.info.rank:  # the lowest live rank speaks for all
-                why = ("stopped: no heartbeat for "
-                       f"{now - culprit.beat:.0f} s (the process is stopped or its host froze)" if now - culprit.beat > bound / 2
-                       else f"made no progress for {now - culprit.at:.0f} s at step {culprit.step} (alive: stuck in its own code)")
-                line = (f"rank {culprit.rank} on {culprit.host} {why}; no rank advanced for {now - max(p.at for p in progress):.0f} s "
-                        f"(bound {bound:.0f} s)")
+                why = (
+                    f"stopped: no heartbeat for {now - culprit.beat:.0f} s (the process is stopped or its host froze)"
+                    if now - culprit.beat > bound / 2
+                    else (
+                        f"made no progress for {now - culprit.at:.0f} s at "
+                        f"step {culprit.step} (alive: stuck in its own code)"
+                    )
+                )
+                line = (
+                    f"rank {culprit.rank} on {culprit.host} {why}; no rank advanced for "
+                    f"{now - max(p.at for p in progress):.0f} s (bound {bound:.0f} s)"
+                )
                 if self.store.compare_set(f"{self.prefix}/hang", "", line).decode() == line:
                     if len({p.host for p in progress}) > 1:  # on one host there is no other to move to
                         _say(protocol.report_bad_host(culprit.host, f"watchdog: rank {culprit.rank} {why}"))
@@ -258,9 +279,11 @@ class Watchdog:
                 self._named.add(rank)
                 p = progress[rank]
                 median = statistics.median(q.work_s for q in progress if q.work_s > 0)
-                _say(f"{protocol.STRAGGLER_PREFIX}rank {rank} on {p.host} is {times:.1f}x slower than the median rank "
-                     f"(its own data+forward {p.work_s * 1000:.0f} ms vs {median * 1000:.0f} ms per step; "
-                     f"factor {self.limits.straggler})")
+                _say(
+                    f"{protocol.STRAGGLER_PREFIX}rank {rank} on {p.host} is {times:.1f}x slower than the median rank "
+                    f"(its own data+forward {p.work_s * 1000:.0f} ms vs {median * 1000:.0f} ms per step; "
+                    f"factor {self.limits.straggler})"
+                )
 
     def _end(self, line: str, *, announce: bool, others: Sequence[int] = ()) -> None:
         """Dump this rank's stacks, say the verdict (once, by the rank that found it) and leave.

@@ -45,14 +45,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     command = get_command(app)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is KeyboardInterrupt
     try:
-        rc = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="hpc-launch", standalone_mode=False)
+        rc = command.main(
+            args=argv if argv is not None else sys.argv[1:], prog_name="hpc-launch", standalone_mode=False
+        )
     except HpcLaunchError as exc:
         err(exc.one_line())
         sys.exit(exc.exit_code)
     except click_exc.UsageError as exc:
         if not exc.format_message().strip():  # bare `hpc-launch`: the help was printed, nothing else to say
             sys.exit(2)
-        hint = f" (see `hpc-launch {exc.ctx.info_name if exc.ctx and exc.ctx.parent else ''} --help`)".replace("  ", " ")
+        hint = f" (see `hpc-launch {exc.ctx.info_name if exc.ctx and exc.ctx.parent else ''} --help`)".replace(
+            "  ", " "
+        )
         err(" ".join(exc.format_message().split()) + hint)
         sys.exit(2)
     except getattr(click_exc, "Abort", KeyboardInterrupt):

@@ -22,8 +22,9 @@ app = typer.Typer(
     context_settings=HELP_OPTIONS,
     help="Render, submit and follow DeepSpeed jobs on named clusters (ABCI, Miyabi, Polaris, Slurm, pods, local).",
 )
-clusters_app = typer.Typer(help="List the known clusters, or show one resolved.", invoke_without_command=True,
-                           context_settings=HELP_OPTIONS)
+clusters_app = typer.Typer(
+    help="List the known clusters, or show one resolved.", invoke_without_command=True, context_settings=HELP_OPTIONS
+)
 app.add_typer(clusters_app, name="clusters")
 
 
@@ -48,8 +49,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
-                                       help="print the version and exit")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
     """Render, submit and follow DeepSpeed jobs on named clusters (ABCI, Miyabi, Polaris, Slurm, pods, local)."""
 
 
@@ -78,8 +82,10 @@ def split_args(value: Optional[str]) -> Optional[List[str]]:
     try:
         return shlex.split(value)
     except ValueError as exc:  # "No closing quotation"
-        raise typer.BadParameter(f"{exc} in {value!r}: quote it as one shell word list, e.g. --train-args \"--note 'a b'\"",
-                                 param_hint="--train-args") from None
+        raise typer.BadParameter(
+            f"{exc} in {value!r}: quote it as one shell word list, e.g. --train-args \"--note 'a b'\"",
+            param_hint="--train-args",
+        ) from None
 
 
 def expand_hosts(value: Optional[str]) -> Optional[List[str]]:
@@ -121,8 +127,21 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], width: Op
 
 
 # Stable keys of `list --json` / `status --json` (documented in docs/commands.md): add, never rename.
-JOB_JSON_KEYS = ("job_id", "cluster", "name", "state", "exit_code", "comment", "submit_time", "end_time",
-                 "host", "workdir", "log_path", "script_path", "dialect")
+JOB_JSON_KEYS = (
+    "job_id",
+    "cluster",
+    "name",
+    "state",
+    "exit_code",
+    "comment",
+    "submit_time",
+    "end_time",
+    "host",
+    "workdir",
+    "log_path",
+    "script_path",
+    "dialect",
+)
 
 
 def show_jobs(records: Sequence[Any], as_json: bool) -> None:
@@ -131,6 +150,20 @@ def show_jobs(records: Sequence[Any], as_json: bool) -> None:
         return
     import time
 
-    rows = [(r.job_id, r.cluster, r.name, r.state, "" if r.exit_code is None else str(r.exit_code),
-             time.strftime("%m-%d %H:%M:%S", time.localtime(r.submit_time)), r.host, r.log_path, r.comment) for r in records]
-    print_table(("job id", "cluster", "name", "state", "exit", "submitted", "host", "log", "scheduler says"), rows, width=200)
+    rows = [
+        (
+            r.job_id,
+            r.cluster,
+            r.name,
+            r.state,
+            "" if r.exit_code is None else str(r.exit_code),
+            time.strftime("%m-%d %H:%M:%S", time.localtime(r.submit_time)),
+            r.host,
+            r.log_path,
+            r.comment,
+        )
+        for r in records
+    ]
+    print_table(
+        ("job id", "cluster", "name", "state", "exit", "submitted", "host", "log", "scheduler says"), rows, width=200
+    )

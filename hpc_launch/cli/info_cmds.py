@@ -13,15 +13,37 @@ from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_
 
 @app.command()
 def hostfile(
-    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="write here (atomically) instead of stdout"),
-    slots: Optional[int] = typer.Option(None, "--slots", metavar="N", help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
-                                                                    "else as often as the node list names a host"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="take slots from this cluster profile"),
-    source: Optional[str] = typer.Option(None, "--from", metavar="SCHEDULER", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"),
-    nodefile: Optional[str] = typer.Option(None, "--nodefile", metavar="FILE", help="read this node file (one host per line)"),
+    output: Optional[str] = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="write here (atomically) instead of stdout"
+    ),
+    slots: Optional[int] = typer.Option(
+        None,
+        "--slots",
+        metavar="N",
+        help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
+        "else as often as the node list names a host",
+    ),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="take slots from this cluster profile",
+    ),
+    source: Optional[str] = typer.Option(
+        None, "--from", metavar="SCHEDULER", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"
+    ),
+    nodefile: Optional[str] = typer.Option(
+        None, "--nodefile", metavar="FILE", help="read this node file (one host per line)"
+    ),
     hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="comma-separated hosts"),
-    include: Optional[str] = typer.Option(None, "--include", "-i", metavar="H1@H2", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"),
-    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", metavar="H1@H2", help="drop these hosts: host1@host2 (DeepSpeed syntax)"),
+    include: Optional[str] = typer.Option(
+        None, "--include", "-i", metavar="H1@H2", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"
+    ),
+    exclude: Optional[str] = typer.Option(
+        None, "--exclude", "-x", metavar="H1@H2", help="drop these hosts: host1@host2 (DeepSpeed syntax)"
+    ),
 ) -> None:
     """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
     from .. import hostfile as hf
@@ -32,7 +54,9 @@ def hostfile(
         from .. import profiles
 
         slots = max(profiles.load(cluster).node.gpus, 1)
-    text = hf.build(env=os.environ, prefer=source, nodefile=nodefile, hosts=hosts, slots=slots, include=include, exclude=exclude)
+    text = hf.build(
+        env=os.environ, prefer=source, nodefile=nodefile, hosts=hosts, slots=slots, include=include, exclude=exclude
+    )
     if output:
         hf.write_atomic(output, text)
     else:
@@ -42,9 +66,18 @@ def hostfile(
 @app.command()
 def announce(
     target: str = typer.Argument(..., metavar="HOST:PORT", help="the first pod and the job's --gather port"),
-    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="this host's name as the job's --hosts lists it (default: hostname)"),
-    address: Optional[str] = typer.Option(None, "--address", metavar="ADDR", help="the address the others reach this host at (default: the one that reaches HOST)"),
-    timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="seconds to keep trying while the job has not started listening"),
+    name: Optional[str] = typer.Option(
+        None, "--name", metavar="NAME", help="this host's name as the job's --hosts lists it (default: hostname)"
+    ),
+    address: Optional[str] = typer.Option(
+        None,
+        "--address",
+        metavar="ADDR",
+        help="the address the others reach this host at (default: the one that reaches HOST)",
+    ),
+    timeout: float = typer.Option(
+        120.0, "--timeout", metavar="SECONDS", help="seconds to keep trying while the job has not started listening"
+    ),
 ) -> None:
     """On a worker pod: tell a `--gather` job starting on HOST this pod's name and address."""
     from ..gather import Refused
@@ -62,7 +95,9 @@ def announce(
 
 
 @clusters_app.callback()
-def clusters_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="the list as JSON (keys: docs/commands.md)")) -> None:
+def clusters_list(
+    ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="the list as JSON (keys: docs/commands.md)")
+) -> None:
     """List the known clusters."""
     if ctx.invoked_subcommand:
         return
@@ -72,14 +107,24 @@ def clusters_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json"
     if json_:
         print_json(rows)
         return
-    print_table(("name", "scheduler", "GPUs/node", "launcher", "status", "title"),
-                [(r["name"], "-", "-", "-", "broken", r["error"]) if r["status"] == "broken" else
-                 (r["name"], r["scheduler"], str(r["gpus_per_node"]), r["launcher"], r["status"], r["title"]) for r in rows])
+    print_table(
+        ("name", "scheduler", "GPUs/node", "launcher", "status", "title"),
+        [
+            (r["name"], "-", "-", "-", "broken", r["error"])
+            if r["status"] == "broken"
+            else (r["name"], r["scheduler"], str(r["gpus_per_node"]), r["launcher"], r["status"], r["title"])
+            for r in rows
+        ],
+    )
 
 
 @clusters_app.command("show")
-def clusters_show(name: str = typer.Argument(..., help="cluster name"),
-                  profile: Optional[str] = typer.Option(None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last")) -> None:
+def clusters_show(
+    name: str = typer.Argument(..., help="cluster name"),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    ),
+) -> None:
     """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""
     from .. import profiles
 
@@ -89,10 +134,16 @@ def clusters_show(name: str = typer.Argument(..., help="cluster name"),
 @app.command()
 def plan(
     model: str = typer.Option("resnet50", "--model", "-m", metavar="MODEL", help="torchvision model name"),
-    cluster: str = typer.Option("abci", "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name"),
+    cluster: str = typer.Option(
+        "abci", "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name"
+    ),
     nodes: int = typer.Option(1, "--nodes", "-n", metavar="N", help="number of nodes"),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", metavar="N", help="GPUs per node (default: the queue's)"),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", "-g", metavar="N", help="GPUs per node (default: the queue's)"
+    ),
+    queue: Optional[str] = typer.Option(
+        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
+    ),
     json_: bool = typer.Option(False, "--json", help="the plan as JSON (keys: docs/commands.md)"),
 ) -> None:
     """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), and a recommendation."""

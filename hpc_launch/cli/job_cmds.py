@@ -15,9 +15,20 @@ from .app import app, complete_clusters, complete_jobs, print_json, print_table,
 def logs(
     job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=complete_jobs),
     follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
-    summary: bool = typer.Option(False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"),
-    show_all: bool = typer.Option(False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+    summary: bool = typer.Option(
+        False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"
+    ),
+    show_all: bool = typer.Option(
+        False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"
+    ),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="when the id exists on several clusters",
+    ),
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .. import follow
@@ -28,9 +39,11 @@ def logs(
     target = lookup(store, job_id, cluster)
     if target.group:
         if not follow_:
-            raise HpcLaunchError(f"{job_id} is a sweep or job array of {len(target.records)} jobs",
-                                 hint=f"`hpc-launch logs JOBID` for one of them (`hpc-launch status {job_id}` lists them), "
-                                      "or -f to follow them all")
+            raise HpcLaunchError(
+                f"{job_id} is a sweep or job array of {len(target.records)} jobs",
+                hint=f"`hpc-launch logs JOBID` for one of them (`hpc-launch status {job_id}` lists them), "
+                "or -f to follow them all",
+            )
         from ..sweep import watch
 
         ended = watch(store, target.records)
@@ -41,8 +54,10 @@ def logs(
     try:
         text = follow.summary_of(record, store) if summary else read_whole_log(record)
     except FileNotFoundError:
-        raise HpcLaunchError(f"the log {record.log_path} does not exist yet (job {record.state})",
-                             hint=f"`hpc-launch logs -f {job_id}` waits for it") from None
+        raise HpcLaunchError(
+            f"the log {record.log_path} does not exist yet (job {record.state})",
+            hint=f"`hpc-launch logs -f {job_id}` waits for it",
+        ) from None
     sys.stdout.write(text + "\n" if summary else text)
 
 
@@ -58,7 +73,11 @@ def status(
 
     store = JobStore()
     # a sweep's or a job array's id stands for all its jobs
-    records = [r for j in job_ids for r in lookup(store, j, cluster).records] if job_ids else store.list(cluster=cluster, active_only=True)
+    records = (
+        [r for j in job_ids for r in lookup(store, j, cluster).records]
+        if job_ids
+        else store.list(cluster=cluster, active_only=True)
+    )
     show_jobs(refresh(store, records), json_)
 
 
@@ -84,9 +103,16 @@ def list_jobs(
 def adopt(
     job_id: str = typer.Argument(..., help="the scheduler's job id"),
     cluster: str = typer.Option(..., "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
-    workdir: str = typer.Option(..., "--workdir", metavar="DIR", help="the job's work dir (absolute, on the host that submitted it)"),
+    workdir: str = typer.Option(
+        ..., "--workdir", metavar="DIR", help="the job's work dir (absolute, on the host that submitted it)"
+    ),
     name: str = typer.Option("train", "--name", "-N", metavar="NAME", help="the job's name"),
-    script: str = typer.Option("", "--script", metavar="FILE", help="the job script's path (its name tells this job's files from an earlier job's)"),
+    script: str = typer.Option(
+        "",
+        "--script",
+        metavar="FILE",
+        help="the job script's path (its name tells this job's files from an earlier job's)",
+    ),
     login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="the SSH alias it was submitted through"),
 ) -> None:
     """Record a job that exists but has no record (printed by submit when its store failed)."""
@@ -95,8 +121,15 @@ def adopt(
     from ..protocol import LOCAL_HOST, SCRIPT_DIR, is_local
     from ..records import JobStore
 
-    record = adopt_job(JobStore(), profiles.load(cluster), job_id=job_id, host=LOCAL_HOST if is_local(login) else str(login),
-                       name=name, workdir=workdir, script_path=script or f"{workdir.rstrip('/')}/{SCRIPT_DIR}/{name}.sh")
+    record = adopt_job(
+        JobStore(),
+        profiles.load(cluster),
+        job_id=job_id,
+        host=LOCAL_HOST if is_local(login) else str(login),
+        name=name,
+        workdir=workdir,
+        script_path=script or f"{workdir.rstrip('/')}/{SCRIPT_DIR}/{name}.sh",
+    )
     sys.stderr.write(f"recorded {record.job_id} on {record.cluster}; log: {record.log_path}\n")
 
 
@@ -116,9 +149,17 @@ def cancel(
 def show(
     job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=complete_jobs),
     as_json: bool = typer.Option(False, "--json", help="everything recorded: the whole profile and every package"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="when the id exists on several clusters",
+    ),
 ) -> None:
-    """What was submitted (the code the job runs, its git state, the resolved profile) and what each start of the job found (Python, packages, modules)."""
+    """What was submitted (the code the job runs, its git state, the resolved profile) and what each start of the \
+job found (Python, packages, modules)."""
     from ..capsule import as_json as capsule_json, describe
     from ..jobs import capsule_of, lookup
     from ..records import JobStore
@@ -133,8 +174,17 @@ def show(
 
 @app.command()
 def doctor(
-    target: str = typer.Argument(..., help="job id (as printed by submit), or the path of a log file", autocompletion=complete_jobs),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="when the id exists on several clusters"),
+    target: str = typer.Argument(
+        ..., help="job id (as printed by submit), or the path of a log file", autocompletion=complete_jobs
+    ),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="when the id exists on several clusters",
+    ),
 ) -> None:
     """Name the cause and the fix of a failed job, from its log, the scheduler's word and its exit status.
 
@@ -148,8 +198,12 @@ def doctor(
 
 @app.command()
 def report(
-    job_ids: List[str] = typer.Argument(..., help="job ids, job arrays' ids or sweep ids", autocompletion=complete_jobs),
-    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./report-FIRST_ID)"),
+    job_ids: List[str] = typer.Argument(
+        ..., help="job ids, job arrays' ids or sweep ids", autocompletion=complete_jobs
+    ),
+    out: Optional[str] = typer.Option(
+        None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./report-FIRST_ID)"
+    ),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
 ) -> None:
     """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
@@ -164,10 +218,16 @@ def report(
 
 @app.command()
 def hosts(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", autocompletion=complete_clusters, help="only this cluster's hosts"),
-    forget: bool = typer.Option(False, "--forget", help="forget them (all, or the HOSTS named): later jobs may run there again"),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", "-c", autocompletion=complete_clusters, help="only this cluster's hosts"
+    ),
+    forget: bool = typer.Option(
+        False, "--forget", help="forget them (all, or the HOSTS named): later jobs may run there again"
+    ),
     names: List[str] = typer.Argument(None, help="with --forget: only these hosts"),
-    json_: bool = typer.Option(False, "--json", help="the list as JSON (keys: cluster, host, reason, job_id, since, until)"),
+    json_: bool = typer.Option(
+        False, "--json", help="the list as JSON (keys: cluster, host, reason, job_id, since, until)"
+    ),
 ) -> None:
     """Hosts that jobs found bad (start-up check, watchdog, node failure), avoided until they expire."""
     import dataclasses
@@ -187,5 +247,7 @@ def hosts(
     def when(t: float) -> str:
         return time.strftime("%m-%d %H:%M", time.localtime(t))
 
-    print_table(("cluster", "host", "why", "found by job", "since", "avoided until"),
-                [(b.cluster, b.host, b.reason, b.job_id, when(b.since), when(b.until)) for b in found])
+    print_table(
+        ("cluster", "host", "why", "found by job", "since", "avoided until"),
+        [(b.cluster, b.host, b.reason, b.job_id, when(b.since), when(b.until)) for b in found],
+    )

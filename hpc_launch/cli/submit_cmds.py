@@ -13,52 +13,154 @@ from .app import app, complete_clusters, expand_hosts, parse_env, say, split_arg
 
 @app.command()
 def submit(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters,
-                                          help="cluster profile name (default: local)"),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-n", metavar="N", help="number of nodes (default 1; pods: all --hosts)"),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="cluster profile name (default: local)",
+    ),
+    nodes: Optional[int] = typer.Option(
+        None, "--nodes", "-n", metavar="N", help="number of nodes (default 1; pods: all --hosts)"
+    ),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"
+    ),
+    queue: Optional[str] = typer.Option(
+        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
+    ),
     walltime: Optional[str] = typer.Option(None, "--walltime", "-t", metavar="TIME", help="HH:MM:SS (or 90m, 2h)"),
-    group: Optional[str] = typer.Option(None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project, however the site spells it"),
+    group: Optional[str] = typer.Option(
+        None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project, however the site spells it"
+    ),
     name: Optional[str] = typer.Option(None, "--name", "-N", metavar="NAME", help="job name (the log is NAME.oJOBID)"),
-    modules: Optional[str] = typer.Option(None, "--modules", metavar="A,B", help="comma-separated modules to load (replaces the profile's)"),
-    env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in the job (repeatable; written into the script)"),
-    pass_env: List[str] = typer.Option([], "--pass-env", metavar="NAME", help="NAME of a variable set in this shell (a secret): the job gets it "
-                                                              "from a file only you can read (repeatable)"),
-    script: Optional[str] = typer.Option(None, "--script", metavar="FILE", help="your own training script instead of `python -m train`"),
-    train_args: Optional[str] = typer.Option(None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint, as one shell-quoted string"),
-    directive: List[str] = typer.Option([], "--directive", "-d", metavar="'DIRECTIVE'", help="extra scheduler directive; replaces a default with the same key (repeatable)"),
+    modules: Optional[str] = typer.Option(
+        None, "--modules", metavar="A,B", help="comma-separated modules to load (replaces the profile's)"
+    ),
+    env: List[str] = typer.Option(
+        [],
+        "--env",
+        "-e",
+        metavar="NAME=VALUE",
+        help="NAME=VALUE exported in the job (repeatable; written into the script)",
+    ),
+    pass_env: List[str] = typer.Option(
+        [],
+        "--pass-env",
+        metavar="NAME",
+        help="NAME of a variable set in this shell (a secret): the job gets it "
+        "from a file only you can read (repeatable)",
+    ),
+    script: Optional[str] = typer.Option(
+        None, "--script", metavar="FILE", help="your own training script instead of `python -m train`"
+    ),
+    train_args: Optional[str] = typer.Option(
+        None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint, as one shell-quoted string"
+    ),
+    directive: List[str] = typer.Option(
+        [],
+        "--directive",
+        "-d",
+        metavar="'DIRECTIVE'",
+        help="extra scheduler directive; replaces a default with the same key (repeatable)",
+    ),
     hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="pods: comma-separated node names/IPs"),
-    gather: Optional[int] = typer.Option(None, "--gather", metavar="PORT",
-                                         help="pods: the other hosts' addresses come at start-up from `hpc-launch announce` on them"),
-    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job runs and logs (default: here, or ~/hpc-launch/NAME remotely)"),
+    gather: Optional[int] = typer.Option(
+        None,
+        "--gather",
+        metavar="PORT",
+        help="pods: the other hosts' addresses come at start-up from `hpc-launch announce` on them",
+    ),
+    workdir: Optional[str] = typer.Option(
+        None,
+        "--workdir",
+        metavar="DIR",
+        help="where the job runs and logs (default: here, or ~/hpc-launch/NAME remotely)",
+    ),
     venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
-    login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="submit over SSH on this host (~/.ssh/config alias); `local` forces this machine"),
-    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"),
-    stop_before: Optional[str] = typer.Option(None, "--stop-before", metavar="TIME", help="checkpoint and stop this long before the walltime "
-                                                                          "(default: a tenth of it, 30 s to 5 min)"),
-    chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs, each resuming from the newest checkpoint "
-                                                              "(for trainings longer than a walltime)"),
-    exclude: Optional[str] = typer.Option(None, "--exclude", "-x", metavar="HOSTS",
-                                          help="keep the job off these hosts (comma-separated or a hostlist); hosts a job found bad are added by themselves"),
-    spares: Optional[int] = typer.Option(None, "--spares", metavar="K", help="hold K extra nodes and train on the first --nodes that pass the "
-                                                                             "start-up check (for schedulers that cannot exclude hosts, e.g. PBS)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"),
-    follow: bool = typer.Option(False, "--follow", "-f", help="follow the log until the job ends; exit with its exit code"),
-    show_all: bool = typer.Option(False, "--all", "-a", help="with --follow: every line, the frameworks' chatter too (the log file always has it)"),
+    login: Optional[str] = typer.Option(
+        None,
+        "--login",
+        metavar="HOST",
+        help="submit over SSH on this host (~/.ssh/config alias); `local` forces this machine",
+    ),
+    config: Optional[str] = typer.Option(
+        None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
+    ),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    ),
+    stop_before: Optional[str] = typer.Option(
+        None,
+        "--stop-before",
+        metavar="TIME",
+        help="checkpoint and stop this long before the walltime (default: a tenth of it, 30 s to 5 min)",
+    ),
+    chain: Optional[int] = typer.Option(
+        None,
+        "--chain",
+        metavar="N",
+        help="N dependent jobs, each resuming from the newest checkpoint (for trainings longer than a walltime)",
+    ),
+    exclude: Optional[str] = typer.Option(
+        None,
+        "--exclude",
+        "-x",
+        metavar="HOSTS",
+        help=(
+            "keep the job off these hosts (comma-separated or a "
+            "hostlist); hosts a job found bad are added by themselves"
+        ),
+    ),
+    spares: Optional[int] = typer.Option(
+        None,
+        "--spares",
+        metavar="K",
+        help="hold K extra nodes and train on the first --nodes that pass the "
+        "start-up check (for schedulers that cannot exclude hosts, e.g. PBS)",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
+    ),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="follow the log until the job ends; exit with its exit code"
+    ),
+    show_all: bool = typer.Option(
+        False, "--all", "-a", help="with --follow: every line, the frameworks' chatter too (the log file always has it)"
+    ),
 ) -> None:
     """Render the job script for a cluster and submit it (or print it with --dry-run)."""
     from ..prepare import prepare
     from ..project_config import spec_for
 
-    spec = spec_for(config, dict(
-        cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime,
-        group=group, name=name, modules=split_list(modules), env=parse_env(env), script=script,
-        train_args=split_args(train_args), directives=list(directive),
-        hosts=expand_hosts(hosts), workdir=workdir, venv=venv, login=login, pass_env=list(pass_env),
-        stop_before=stop_before, chain=chain, gather=gather, exclude=expand_hosts(exclude), spares=spares,
-    ))
+    spec = spec_for(
+        config,
+        dict(
+            cluster=cluster,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            queue=queue,
+            walltime=walltime,
+            group=group,
+            name=name,
+            modules=split_list(modules),
+            env=parse_env(env),
+            script=script,
+            train_args=split_args(train_args),
+            directives=list(directive),
+            hosts=expand_hosts(hosts),
+            workdir=workdir,
+            venv=venv,
+            login=login,
+            pass_env=list(pass_env),
+            stop_before=stop_before,
+            chain=chain,
+            gather=gather,
+            exclude=expand_hosts(exclude),
+            spares=spares,
+        ),
+    )
     prepared = prepare(spec, profile_file=profile, note=say)
     if dry_run:
         sys.stdout.write(prepared.script.text)
@@ -81,8 +183,10 @@ def submit(
             say("interrupted before the job was submitted: nothing was submitted or recorded")
         else:
             job = announced[0].job_id
-            say(f"interrupted after job {job} was submitted and recorded: it keeps running. "
-                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}")
+            say(
+                f"interrupted after job {job} was submitted and recorded: it keeps running. "
+                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}"
+            )
         raise typer.Exit(EXIT_SIGINT) from None
     if follow:
         from ..follow import follow_chain
@@ -92,30 +196,67 @@ def submit(
 
 @app.command()
 def sweep(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name (default: local)"),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="cluster profile name (default: local)",
+    ),
     zero: Optional[str] = typer.Option(None, "--zero", metavar="0,1,2,3", help="ZeRO stages, comma-separated: 0,1,2,3"),
-    offload: Optional[str] = typer.Option(None, "--offload", metavar="LIST", help="offloads: none,optimizer,optimizer+params"),
+    offload: Optional[str] = typer.Option(
+        None, "--offload", metavar="LIST", help="offloads: none,optimizer,optimizer+params"
+    ),
     precision: Optional[str] = typer.Option(None, "--precision", metavar="LIST", help="precisions: fp32,bf16,fp16"),
     nodes: Optional[str] = typer.Option(None, "--nodes", "-n", metavar="N", help="node counts, comma-separated"),
-    micro_batch: Optional[str] = typer.Option(None, "--micro-batch", metavar="N,N", help="per-rank micro-batches, comma-separated"),
-    grid: Optional[str] = typer.Option(None, "--grid", metavar="FILE", help="a YAML sweep file: axes (lists) and/or points: (flags win over its axes)"),
-    train_args: Optional[str] = typer.Option(None, "--train-args", metavar="'ARGS'", help="the other training arguments, shared by every point"),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node"),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"),
+    micro_batch: Optional[str] = typer.Option(
+        None, "--micro-batch", metavar="N,N", help="per-rank micro-batches, comma-separated"
+    ),
+    grid: Optional[str] = typer.Option(
+        None, "--grid", metavar="FILE", help="a YAML sweep file: axes (lists) and/or points: (flags win over its axes)"
+    ),
+    train_args: Optional[str] = typer.Option(
+        None, "--train-args", metavar="'ARGS'", help="the other training arguments, shared by every point"
+    ),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node"
+    ),
+    queue: Optional[str] = typer.Option(
+        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
+    ),
     walltime: Optional[str] = typer.Option(None, "--walltime", "-t", metavar="TIME", help="per point"),
-    group: Optional[str] = typer.Option(None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project"),
-    name: str = typer.Option("sweep", "--name", "-N", metavar="NAME", help="job name; the sweep's id is NAME-TIMESTAMP"),
-    env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in every job (repeatable)"),
-    directive: List[str] = typer.Option([], "--directive", "-d", metavar="'DIRECTIVE'", help="extra scheduler directive (repeatable)"),
+    group: Optional[str] = typer.Option(
+        None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project"
+    ),
+    name: str = typer.Option(
+        "sweep", "--name", "-N", metavar="NAME", help="job name; the sweep's id is NAME-TIMESTAMP"
+    ),
+    env: List[str] = typer.Option(
+        [], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in every job (repeatable)"
+    ),
+    directive: List[str] = typer.Option(
+        [], "--directive", "-d", metavar="'DIRECTIVE'", help="extra scheduler directive (repeatable)"
+    ),
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the jobs run and log"),
     venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the jobs"),
-    login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="submit over SSH on this host (~/.ssh/config alias)"),
-    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"),
+    login: Optional[str] = typer.Option(
+        None, "--login", metavar="HOST", help="submit over SSH on this host (~/.ssh/config alias)"
+    ),
+    config: Optional[str] = typer.Option(
+        None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
+    ),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    ),
     separate: bool = typer.Option(False, "--separate", help="one job per point even where the scheduler has arrays"),
-    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./SWEEP_ID)"),
+    out: Optional[str] = typer.Option(
+        None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./SWEEP_ID)"
+    ),
     no_wait: bool = typer.Option(False, "--no-wait", help="submit and return; `hpc-launch report SWEEP_ID` later"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="check every point and print what would be submitted; submit nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="check every point and print what would be submitted; submit nothing"
+    ),
 ) -> None:
     """Run a grid of DeepSpeed configurations (ZeRO stage, offload, precision, nodes, micro-batch) and report them.
 
@@ -130,21 +271,45 @@ def sweep(
     points: list = []
     if grid:
         axes, points = sw.load_grid_file(grid)
-    for axis, raw in (("zero", zero), ("offload", offload), ("precision", precision), ("nodes", nodes), ("micro_batch", micro_batch)):
+    for axis, raw in (
+        ("zero", zero),
+        ("offload", offload),
+        ("precision", precision),
+        ("nodes", nodes),
+        ("micro_batch", micro_batch),
+    ):
         if raw is not None:
             axes[axis] = sw.axis_values(axis, raw, f"--{axis.replace('_', '-')}")
     values = sw.expand(axes, points, note=say)
-    spec = spec_for(config, dict(cluster=cluster, gpus_per_node=gpus_per_node, queue=queue, walltime=walltime, group=group,
-                                 name=name, env=parse_env(env), train_args=split_args(train_args), directives=list(directive),
-                                 workdir=workdir, venv=venv, login=login))
+    spec = spec_for(
+        config,
+        dict(
+            cluster=cluster,
+            gpus_per_node=gpus_per_node,
+            queue=queue,
+            walltime=walltime,
+            group=group,
+            name=name,
+            env=parse_env(env),
+            train_args=split_args(train_args),
+            directives=list(directive),
+            workdir=workdir,
+            venv=venv,
+            login=login,
+        ),
+    )
 
     def announce_id(sweep_id: str) -> None:
         sys.stdout.write(sweep_id + "\n")
         sys.stdout.flush()
 
-    ui = sw.Run(say=say, line=lambda text: sys.stderr.write(text + "\n"), announce_id=announce_id, show_script=sys.stdout.write)
+    ui = sw.Run(
+        say=say, line=lambda text: sys.stderr.write(text + "\n"), announce_id=announce_id, show_script=sys.stdout.write
+    )
     try:
-        code = sw.run(spec, values, ui, profile_file=profile, separate=separate, out=out, no_wait=no_wait, dry_run=dry_run)
+        code = sw.run(
+            spec, values, ui, profile_file=profile, separate=separate, out=out, no_wait=no_wait, dry_run=dry_run
+        )
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_SIGINT) from None
     raise typer.Exit(code)

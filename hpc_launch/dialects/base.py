@@ -151,11 +151,23 @@ class Dialect:
         """Flags this dialect always puts on the submit command line (besides the profile's)."""
         return []
 
-    def submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = (), program: Optional[Sequence[str]] = None,
-                    log_prefix: str = "", depend_on: Optional[str] = None) -> List[str]:
+    def submit_argv(
+        self,
+        script_path: str,
+        *,
+        submit_flags: Sequence[str] = (),
+        program: Optional[Sequence[str]] = None,
+        log_prefix: str = "",
+        depend_on: Optional[str] = None,
+    ) -> List[str]:
         """The submit command; `depend_on`: hold the job until that job has ended (a chain)."""
-        return (list(program or [self.submit_program]) + self.base_submit_flags() + list(submit_flags)
-                + self.held_flags(depend_on) + self.script_args(script_path))
+        return (
+            list(program or [self.submit_program])
+            + self.base_submit_flags()
+            + list(submit_flags)
+            + self.held_flags(depend_on)
+            + self.script_args(script_path)
+        )
 
     def base_submit_flags(self) -> List[str]:
         """Flags that come first on every submit command of this scheduler (Slurm's --parsable)."""
@@ -307,4 +319,7 @@ def last_matching_line(out: str, pattern: str, what: str) -> re.Match:
         if m:
             return m
     shown = out.strip().replace("\n", " | ")[:200] or "(nothing)"
-    raise SchedulerError(f"could not find the job id in the {what} output: {shown}", hint="the submit may have failed; check `hpc-launch list` before retrying")
+    raise SchedulerError(
+        f"could not find the job id in the {what} output: {shown}",
+        hint="the submit may have failed; check `hpc-launch list` before retrying",
+    )

@@ -41,7 +41,7 @@ class Cobalt(Dialect):
     submit_program = "qsub"
     job_id_expr = "${COBALT_JOBID:?not inside a Cobalt job}"
     job_num_expr = "${COBALT_JOBID}"
-    nodelist_shell = 'awk \'!seen[$0]++\' "$COBALT_NODEFILE"'
+    nodelist_shell = "awk '!seen[$0]++' \"$COBALT_NODEFILE\""
     nodefile_vars = ("COBALT_NODEFILE",)
 
     keyed_flags = ("--attrs",)

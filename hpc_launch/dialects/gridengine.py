@@ -31,7 +31,11 @@ def state_of(code: str) -> StatusInfo:
         return StatusInfo(JobState.UNKNOWN, None, code, ended=True)
     deleting = "being deleted" if "d" in letters else ""
     if letters & set("sST"):
-        note = {"s": "suspended (qmod -sj)", "S": "suspended: its queue is suspended", "T": "suspended: a queue threshold was exceeded"}
+        note = {
+            "s": "suspended (qmod -sj)",
+            "S": "suspended: its queue is suspended",
+            "T": "suspended: a queue threshold was exceeded",
+        }
         why = "; ".join(note[c] for c in "sST" if c in letters)
         return StatusInfo(JobState.QUEUED, None, code, comment="; ".join(w for w in (why, deleting) if w))
     if letters & set("rt"):  # r, t, Rr, Rt, hr, dr, dt: started (t: being transferred to its host)
@@ -120,7 +124,10 @@ class GridEngine(Dialect):
     submit_program = "qsub"
     job_id_expr = "${JOB_ID:?not inside a Grid Engine job}"
     job_num_expr = "${JOB_ID}"
-    nodelist_shell = 'if [ -n "${SGE_JOB_HOSTLIST:-}" ]; then cat "$SGE_JOB_HOSTLIST"; else awk \'{print $1}\' "$PE_HOSTFILE"; fi | awk \'!seen[$0]++\''
+    nodelist_shell = (
+        'if [ -n "${SGE_JOB_HOSTLIST:-}" ]; then cat "$SGE_JOB_HOSTLIST"; '
+        "else awk '{print $1}' \"$PE_HOSTFILE\"; fi | awk '!seen[$0]++'"
+    )
     # PE_HOSTFILE lines are `host slots queue processors` (sge_pe(5)); SGE_JOB_HOSTLIST (ABCI)
     # one host per line. nodelist.count_hosts reads both by their content.
     nodefile_vars = ("PE_HOSTFILE", "SGE_JOB_HOSTLIST")
@@ -188,7 +195,11 @@ class GridEngine(Dialect):
     @staticmethod
     def parse_accounting(out: str) -> StatusInfo:
         """One or more qacct records (an array job has one per task): the worst task's end."""
-        infos = [_record_info(dict(re.findall(r"(?m)^(\w+)\s+(.*?)\s*$", rec))) for rec in re.split(r"(?m)^=+\s*$", out) if "jobnumber" in rec]
+        infos = [
+            _record_info(dict(re.findall(r"(?m)^(\w+)\s+(.*?)\s*$", rec)))
+            for rec in re.split(r"(?m)^=+\s*$", out)
+            if "jobnumber" in rec
+        ]
         if not infos:
             return StatusInfo(JobState.UNKNOWN, None, "qacct", ended=True)
         order = [JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.DONE]
@@ -238,7 +249,12 @@ def _record_info(fields: Dict[str, str]) -> StatusInfo:
     if failed_code in FAILED_SIGNAL:
         # qdel and a limit the execution host enforces look alike here: the job's life
         # (jobs.py) calls it cancelled only when a cancel was asked for
-        return StatusInfo(JobState.FAILED, code, "qacct", comment=comment + (" (killed by a signal: qdel or a resource limit)" if failed_code == 100 else ""))
+        return StatusInfo(
+            JobState.FAILED,
+            code,
+            "qacct",
+            comment=comment + (" (killed by a signal: qdel or a resource limit)" if failed_code == 100 else ""),
+        )
     return StatusInfo(JobState.FAILED, code, "qacct", comment=comment)
 
 

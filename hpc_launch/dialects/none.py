@@ -73,8 +73,14 @@ class NoScheduler(Dialect):
                 continue  # the pid now belongs to some other program: our job has ended
             if members.get(job_id):
                 n = members[job_id]
-                result[job_id] = StatusInfo(JobState.RUNNING, None, "orphaned",
-                                            comment=f"the job script is gone but {n} of its processes still run (`hpc-launch cancel` stops them)")
+                result[job_id] = StatusInfo(
+                    JobState.RUNNING,
+                    None,
+                    "orphaned",
+                    comment=(
+                        f"the job script is gone but {n} of its processes still run (`hpc-launch cancel` stops them)"
+                    ),
+                )
         return result
 
     def cancel_argv(self, job_id: str) -> List[str]:

@@ -26,12 +26,15 @@ NEVER_RUN = "Can Never Run"  # the scheduler's prefix (src/scheduler/constant.h 
 
 # Every job_state letter qstat documents; F, X (expired subjob) and C (Torque) are ends.
 _LETTER = {
-    "Q": JobState.QUEUED, "H": JobState.QUEUED,  # held: by a user, or waiting on a dependency
+    "Q": JobState.QUEUED,
+    "H": JobState.QUEUED,  # held: by a user, or waiting on a dependency
     "W": JobState.QUEUED,  # waiting for its -a start time
     "T": JobState.QUEUED,  # in transit between queues or servers
     "M": JobState.QUEUED,  # moved to another server (peer scheduling): it runs there, not ended here
-    "S": JobState.QUEUED, "U": JobState.QUEUED,  # suspended (by the scheduler, or workstation busy)
-    "R": JobState.RUNNING, "E": JobState.RUNNING,  # E: exiting, output still being staged out
+    "S": JobState.QUEUED,
+    "U": JobState.QUEUED,  # suspended (by the scheduler, or workstation busy)
+    "R": JobState.RUNNING,
+    "E": JobState.RUNNING,  # E: exiting, output still being staged out
     "B": JobState.RUNNING,  # an array whose subjobs have begun
 }
 _ENDED = {"F", "X", "C"}
@@ -89,13 +92,13 @@ def parse_table(text: str) -> Dict[str, Tuple[str, str]]:
         if re.fullmatch(r"-+( +-+)+ *", line):
             spans = [m.span() for m in re.finditer(r"-+", line)]
             header = lines[i - 1]
-            col = next((s for s in spans if header[s[0]:s[1]].strip() == "S"), None)
+            col = next((s for s in spans if header[s[0] : s[1]].strip() == "S"), None)
             break
     else:
         return {}
     rows: Dict[str, Tuple[str, str]] = {}
     last = None
-    for line in lines[i + 1:]:
+    for line in lines[i + 1 :]:
         if not line.strip():
             continue
         if line[0] == " " and last is not None:  # -answ1 -s: the comment line ("    -- " when none)
@@ -103,7 +106,7 @@ def parse_table(text: str) -> Dict[str, Tuple[str, str]]:
             continue
         if col is not None and len(line) >= col[1]:
             last = line.split()[0]
-            rows[last] = (line[col[0]:col[1]].strip(), "")
+            rows[last] = (line[col[0] : col[1]].strip(), "")
     return rows
 
 
@@ -140,18 +143,22 @@ class PBSPro(Dialect):
     job_id_expr = "${PBS_JOBID:?not inside a PBS job}"
     # `51.pbshead` -> 51; a subjob `16[3].pbshead` -> 16.3, as PBS names its log (NAME.o16.3).
     job_num_expr = '"${PBS_JOBID%%[.[]*}${PBS_ARRAY_INDEX:+.$PBS_ARRAY_INDEX}"'
-    nodelist_shell = 'awk \'!seen[$0]++\' "$PBS_NODEFILE"'
+    nodelist_shell = "awk '!seen[$0]++' \"$PBS_NODEFILE\""
     nodefile_vars = ("PBS_NODEFILE",)
     keyed_flags = ("-l", "-W", "-v")
     # MoM's kill lines (mom_main.c) and qsub's / the scheduler's refusals (pbs_messages.c,
     # src/scheduler/constant.h NEVER_RUN_PREFIX), as the real server prints them
     failure_wording = {
-        "walltime": (r"=>> PBS: job killed: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
-                     r"killed by PBS: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)"),
+        "walltime": (
+            r"=>> PBS: job killed: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
+            r"killed by PBS: walltime (?P<used>\d+) exceeded limit (?P<limit>\d+)",
+        ),
         "host_oom": (r"(?:job killed|killed by PBS): (?P<resource>p?v?mem) \S+ exceeded limit",),
-        "queue_limit": (r"qsub: Job violates queue and/or server resource limits",
-                        r"Job rejected by all possible destinations",
-                        r"Can Never Run: (?P<why>.*?)\s*$"),
+        "queue_limit": (
+            r"qsub: Job violates queue and/or server resource limits",
+            r"Job rejected by all possible destinations",
+            r"Can Never Run: (?P<why>.*?)\s*$",
+        ),
     }
 
     def log_verdict(self, log_tail: str) -> Optional[StatusInfo]:
@@ -180,8 +187,10 @@ class PBSPro(Dialect):
     def array_task_ids(self, parent_id: str, count: int) -> List[str]:
         m = re.match(r"^(\d+)\[\](.*)$", parent_id)
         if not m:
-            raise SchedulerError(f"qsub -J answered {parent_id!r}, not an array id like 16[].server",
-                                 hint="this site's qsub does not make PBS arrays: run the sweep as separate jobs")
+            raise SchedulerError(
+                f"qsub -J answered {parent_id!r}, not an array id like 16[].server",
+                hint="this site's qsub does not make PBS arrays: run the sweep as separate jobs",
+            )
         return [f"{m.group(1)}[{i}]{m.group(2)}" for i in range(1, count + 1)]
 
     # ---- status ----------------------------------------------------------------------------
@@ -255,7 +264,11 @@ class PBSPro(Dialect):
         if attrs.get("array", "").strip() == "True":
             # The parent's Exit_status says nothing about its subjobs (0 with a failed subjob);
             # its substate does: the first failed or deleted subjob's. `query` reads the subjobs.
-            verdict = {SUB_TERMINATED: JobState.CANCELLED, SUB_FAILED: JobState.FAILED, SUB_FINISHED: JobState.DONE}.get(substate or 0)
+            verdict = {
+                SUB_TERMINATED: JobState.CANCELLED,
+                SUB_FAILED: JobState.FAILED,
+                SUB_FINISHED: JobState.DONE,
+            }.get(substate or 0)
             if verdict is None:
                 return StatusInfo(JobState.UNKNOWN, None, letter, ended=True, comment=comment)
             return StatusInfo(verdict, None, letter, comment=comment)
@@ -266,7 +279,9 @@ class PBSPro(Dialect):
         # Ended without an exit status.
         depend = attrs.get("depend", "").strip()
         if depend:  # never ran: its afterok parent failed, or the dependency was rejected
-            return StatusInfo(JobState.FAILED, None, letter, comment=comment or f"never ran: dependency {depend} not satisfied")
+            return StatusInfo(
+                JobState.FAILED, None, letter, comment=comment or f"never ran: dependency {depend} not satisfied"
+            )
         # A subjob whose record is gone is reported from its parent as "Subjob finished|failed|terminated".
         if substate == SUB_FAILED or comment == "Subjob failed":
             return StatusInfo(JobState.FAILED, None, letter, comment=comment)
@@ -336,7 +351,9 @@ def _array_verdict(parent: StatusInfo, subs: List[Tuple[str, StatusInfo]]) -> St
         job, info = bad[0]
         state = JobState.FAILED if any(i.state == JobState.FAILED for _, i in bad) else JobState.TIMEOUT
         how = f"exit status {info.exit_code}" if info.exit_code is not None else info.comment or info.state.value
-        return StatusInfo(state, info.exit_code, parent.raw, comment=f"{len(bad)} of {len(subs)} subjobs failed, first {job}: {how}")
+        return StatusInfo(
+            state, info.exit_code, parent.raw, comment=f"{len(bad)} of {len(subs)} subjobs failed, first {job}: {how}"
+        )
     deleted = [info for _, info in subs if info.state == JobState.CANCELLED]
     if deleted or parent.state == JobState.CANCELLED:
         comment = f"{len(deleted)} of {len(subs)} subjobs deleted" if deleted else parent.comment

@@ -23,7 +23,11 @@ _CODES: Dict[str, Tuple[str, JobState, str]] = {
     "REQUEUE_FED": ("RF", JobState.QUEUED, "requeued by the federation"),
     "RESV_DEL_HOLD": ("RD", JobState.QUEUED, "held: its reservation was deleted"),
     # held after a requeue in a special state: it runs again only once released
-    "SPECIAL_EXIT": ("SE", JobState.QUEUED, "requeued in SPECIAL_EXIT state and held (`scontrol release` lets it run again)"),
+    "SPECIAL_EXIT": (
+        "SE",
+        JobState.QUEUED,
+        "requeued in SPECIAL_EXIT state and held (`scontrol release` lets it run again)",
+    ),
     "SUSPENDED": ("S", JobState.QUEUED, "suspended"),
     "STOPPED": ("ST", JobState.QUEUED, "stopped (SIGSTOP), resources kept"),
     # Terminated by preemption: Slurm requeues it if the partition says so, else it has ended.
@@ -110,15 +114,19 @@ class Slurm(Dialect):
         "walltime": (r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*",),
         # srun (src/api/step_launch.c): a node of the step died under it, or could not be reached
         # when the step started (recorded on the testbed: tests/golden/doctor/slurm-task-launch-failed.log)
-        "node_failure": (r"srun: error: Node failure on (?P<host>[\w.-]+)",
-                         r"srun: error: Task launch for StepId=\S+ failed on node (?P<host>[\w.-]+): (?P<why>.*?)\s*$"),
+        "node_failure": (
+            r"srun: error: Node failure on (?P<host>[\w.-]+)",
+            r"srun: error: Task launch for StepId=\S+ failed on node (?P<host>[\w.-]+): (?P<why>.*?)\s*$",
+        ),
         "host_oom": (r"Detected \d+ oom[-_]kill event", r"OUT_OF_MEMORY", r": task \d+: Out Of Memory"),
         "queue_limit": (
             # the limit's name beats sbatch's generic refusal
             r"(?P<why>QOSMax[A-Za-z]*PerJob[A-Za-z]*Limit|AssocMax[A-Za-z]*PerJob[A-Za-z]*Limit|PartitionTimeLimit|PartitionNodeLimit)",
-            r"Batch job submission failed: (?P<why>Requested node configuration is not available|Requested time limit is invalid"
-            r"|More processors requested than permitted|Node count specification invalid|Job violates accounting/QOS policy"
-            r"|Invalid partition name specified)"),
+            r"Batch job submission failed: (?P<why>Requested node configuration is not available"
+            r"|Requested time limit is invalid|More processors requested than permitted"
+            r"|Node count specification invalid|Job violates accounting/QOS policy"
+            r"|Invalid partition name specified)",
+        ),
     }
     submit_program = "sbatch"
     job_id_expr = "${SLURM_JOB_ID:?not inside a Slurm job}"
@@ -146,13 +154,17 @@ class Slurm(Dialect):
 
     def array_directives(self, lines: Sequence[str]) -> List[str]:
         # %j in an array task is its own job id: the log is %A_%a (array id, task index)
-        return [re.sub(r"%j", "%A_%a", line) if re.match(r"(--output|--error|-o|-e)\b", line) else line for line in lines]
+        return [
+            re.sub(r"%j", "%A_%a", line) if re.match(r"(--output|--error|-o|-e)\b", line) else line for line in lines
+        ]
 
     def parse_submit(self, out: str) -> str:
         # --parsable: `12345` or `12345;cluster`; plain: `Submitted batch job 12345`, with
         # ` on cluster NAME` under -M (src/sbatch/sbatch.c); site wrappers and Slurm's own FAQ
         # show `sbatch: Submitted batch job 12345`. Only a whole line of one of these counts.
-        m = last_matching_line(out, r"^(?:(?:sbatch: )?Submitted batch job (\d+)(?: on cluster [\w.-]+)?|(\d+)(?:;[\w.-]+)?)$", "sbatch")
+        m = last_matching_line(
+            out, r"^(?:(?:sbatch: )?Submitted batch job (\d+)(?: on cluster [\w.-]+)?|(\d+)(?:;[\w.-]+)?)$", "sbatch"
+        )
         return m.group(1) or m.group(2)
 
     def find_submitted(self, run, script_relpath: str):
@@ -217,8 +229,13 @@ class Slurm(Dialect):
             return None
         row = rows[-1]  # a requeued job: the latest record
         info = state_of(row.get("State", ""))
-        return StatusInfo(info.state, exit_status(row.get("ExitCode", "")), info.raw or "sacct", comment=info.comment,
-                          never_runs=info.never_runs)
+        return StatusInfo(
+            info.state,
+            exit_status(row.get("ExitCode", "")),
+            info.raw or "sacct",
+            comment=info.comment,
+            never_runs=info.never_runs,
+        )
 
     # ---- cancel ----------------------------------------------------------------------------
     def cancel_argv(self, job_id: str) -> List[str]:
@@ -266,7 +283,9 @@ class Slurm(Dialect):
             return CancelOutcome(sent=False, message=first)
         if rc == 0:
             return CancelOutcome(sent=True, message=text.splitlines()[0] if text else "")
-        return CancelOutcome(sent=False, message=text.splitlines()[0] if text else f"scancel exited {rc} without a message")
+        return CancelOutcome(
+            sent=False, message=text.splitlines()[0] if text else f"scancel exited {rc} without a message"
+        )
 
     # ---- inside the job ----------------------------------------------------------------------
     def nodes_from_env(self, env: Mapping[str, str]):

@@ -29,8 +29,14 @@ class CancelResult:
     message: str  # one line for the user
 
 
-def cancel(store: JobStore, record: JobRecord, transport: Transport, *, confirm_s: float = CANCEL_CONFIRM_S,
-           sleep: Callable[[float], None] = time.sleep) -> CancelResult:
+def cancel(
+    store: JobStore,
+    record: JobRecord,
+    transport: Transport,
+    *,
+    confirm_s: float = CANCEL_CONFIRM_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CancelResult:
     """Ask the scheduler to end the job, then record the end the scheduler reports.
 
     A job that had already ended is reported as it ended, never relabelled as cancelled.
@@ -63,8 +69,12 @@ def cancel(store: JobStore, record: JobRecord, transport: Transport, *, confirm_
                 return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "had already ended"))
             return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "ended"))
         if time.monotonic() >= deadline:
-            return CancelResult(got.state, None, f"cancel of {record.job_id} requested; the scheduler still reports it "
-                                                 f"{got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends")
+            return CancelResult(
+                got.state,
+                None,
+                f"cancel of {record.job_id} requested; the scheduler still reports it "
+                f"{got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends",
+            )
         sleep(delay)
         delay = CANCEL_POLL.after(delay)
 
@@ -75,14 +85,23 @@ def _ended_line(job_id: str, got: Outcome, verb: str) -> str:
     return f"job {job_id} {verb}: {got.state.value}{code}{why}"
 
 
-def cancel_group(store: JobStore, records: List[JobRecord], transport_for: TransportFor = transport_for, *, confirm_s: float = CANCEL_CONFIRM_S,
-                 sleep: Callable[[float], None] = time.sleep) -> List[str]:
+def cancel_group(
+    store: JobStore,
+    records: List[JobRecord],
+    transport_for: TransportFor = transport_for,
+    *,
+    confirm_s: float = CANCEL_CONFIRM_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> List[str]:
     """Cancel jobs of a sweep or array together: one cancel per array (the scheduler ends its
     tasks), one per other job; then the ends the scheduler reports. Returns a line per job."""
     records = refresh(store, records, transport_for)
     active = [r for r in records if not JobState(r.state).terminal]
-    lines = [_ended_line(r.job_id, Outcome(JobState(r.state), r.exit_code, comment=r.comment), "had already ended")
-             for r in records if JobState(r.state).terminal]
+    lines = [
+        _ended_line(r.job_id, Outcome(JobState(r.state), r.exit_code, comment=r.comment), "had already ended")
+        for r in records
+        if JobState(r.state).terminal
+    ]
     targets: Dict[tuple, JobRecord] = {}
     for r in active:
         extra = dict(r.extra or {})
@@ -108,20 +127,31 @@ def cancel_group(store: JobStore, records: List[JobRecord], transport_for: Trans
     for r in active:
         now = store.get(r.job_id, r.cluster)
         if JobState(now.state).terminal:
-            lines.append(_ended_line(now.job_id, Outcome(JobState(now.state), now.exit_code, comment=now.comment), "ended"))
+            lines.append(
+                _ended_line(now.job_id, Outcome(JobState(now.state), now.exit_code, comment=now.comment), "ended")
+            )
         else:
-            lines.append(f"cancel of {now.job_id} requested; the scheduler still reports it {now.state}: `hpc-launch status {now.job_id}` shows when it ends")
+            lines.append(
+                f"cancel of {now.job_id} requested; the scheduler still reports it {now.state}: `hpc-launch status "
+                f"{now.job_id}` shows when it ends"
+            )
     return lines
 
 
-
-def cancel_ident(store: JobStore, ident: str, cluster: Optional[str] = None,
-                 transport_for: TransportFor = transport_for) -> List[str]:
+def cancel_ident(
+    store: JobStore, ident: str, cluster: Optional[str] = None, transport_for: TransportFor = transport_for
+) -> List[str]:
     """`hpc-launch cancel ID`: a job, or every job of the sweep or array ID names. Lines to print."""
     target = lookup(store, ident, cluster)
     if target.group:
         return cancel_group(store, target.records, transport_for)
     record = target.records[0]
     if JobState(record.state).terminal:  # the same answer whether or not the record was refreshed
-        return [_ended_line(record.job_id, Outcome(JobState(record.state), record.exit_code, comment=record.comment), "had already ended")]
+        return [
+            _ended_line(
+                record.job_id,
+                Outcome(JobState(record.state), record.exit_code, comment=record.comment),
+                "had already ended",
+            )
+        ]
     return [cancel(store, record, transport_for(record.host)).message]

@@ -19,8 +19,17 @@ if TYPE_CHECKING:
     from ..prepare import Prepared
 
 
-def submit_link(transport: Transport, store: JobStore, prepared: "Prepared", dialect: Dialect, workdir: str,
-                first: JobRecord, link: int, previous: str, sleep: Callable[[float], None]) -> str:
+def submit_link(
+    transport: Transport,
+    store: JobStore,
+    prepared: "Prepared",
+    dialect: Dialect,
+    workdir: str,
+    first: JobRecord,
+    link: int,
+    previous: str,
+    sleep: Callable[[float], None],
+) -> str:
     """Link `link` of a chain: the same script under its own name, held until `previous` ends.
     It resumes from the newest complete checkpoint (or exits at once if training is done)."""
     script = prepared.script.link(link)
@@ -30,11 +39,33 @@ def submit_link(transport: Transport, store: JobStore, prepared: "Prepared", dia
     if pass_env:  # each link reads and deletes its own secrets file
         transport.put_private(secrets.path_for(script_path), secrets.encode(secrets.collect(pass_env)))
     argv = script.held_submit_argv(previous)
-    job_id = run_submit(transport, argv, workdir, dialect, env=secrets.submit_env(pass_env),
-                        script_relpath=script.script_relpath, script_text=script.text, sleep=sleep)
-    record = record_for(prepared.job.profile, dialect, job_id=job_id, host=first.host, name=first.name, workdir=workdir,
-                        script_path=script_path, submit_argv=argv)
-    record.extra = {**record.extra, "chain": first.job_id, "link": link, "links": first.extra["links"], "capsule": first.extra.get("capsule")}
+    job_id = run_submit(
+        transport,
+        argv,
+        workdir,
+        dialect,
+        env=secrets.submit_env(pass_env),
+        script_relpath=script.script_relpath,
+        script_text=script.text,
+        sleep=sleep,
+    )
+    record = record_for(
+        prepared.job.profile,
+        dialect,
+        job_id=job_id,
+        host=first.host,
+        name=first.name,
+        workdir=workdir,
+        script_path=script_path,
+        submit_argv=argv,
+    )
+    record.extra = {
+        **record.extra,
+        "chain": first.job_id,
+        "link": link,
+        "links": first.extra["links"],
+        "capsule": first.extra.get("capsule"),
+    }
     if prepared.job.exclude:
         record.extra["excluded"] = list(prepared.job.exclude)
     add_or_explain(store, record, prepared)
@@ -50,9 +81,15 @@ def chain_links(store: JobStore, rec: JobRecord) -> List[JobRecord]:
     return sorted(links, key=lambda r: r.extra.get("link", 0))
 
 
-def submit_array(prepared: "Prepared", extras: List[dict], *, transport: Optional[Transport] = None, store: Optional[JobStore] = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 on_recorded: Optional[Callable[[JobRecord], None]] = None) -> List[JobRecord]:
+def submit_array(
+    prepared: "Prepared",
+    extras: List[dict],
+    *,
+    transport: Optional[Transport] = None,
+    store: Optional[JobStore] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_recorded: Optional[Callable[[JobRecord], None]] = None,
+) -> List[JobRecord]:
     """One array job (rendered with `render(array=...)`): one submit command, one record per task,
     each with `extras[i]` and the array's id in its extra."""
 
@@ -60,8 +97,10 @@ def submit_array(prepared: "Prepared", extras: List[dict], *, transport: Optiona
     profile = job.profile
     dialect = dialects.get(profile.dialect)
     if job.pass_env:
-        raise SpecError("--pass-env cannot reach an array's tasks (each would read the one secrets file)",
-                        hint="export the value in the job's environment another way, or submit the points one by one")
+        raise SpecError(
+            "--pass-env cannot reach an array's tasks (each would read the one secrets file)",
+            hint="export the value in the job's environment another way, or submit the points one by one",
+        )
     store, transport, own_transport = opened(prepared, store, transport)
     try:
         workdir, script_path = placed(transport, prepared)
@@ -69,22 +108,47 @@ def submit_array(prepared: "Prepared", extras: List[dict], *, transport: Optiona
         try:
             write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
             with signals_held() as caught:
-                parent = run_submit(transport, prepared.script.submit_argv, workdir, dialect, script_text=prepared.script.text,
-                                    script_relpath=prepared.script.script_relpath, sleep=sleep)
+                parent = run_submit(
+                    transport,
+                    prepared.script.submit_argv,
+                    workdir,
+                    dialect,
+                    script_text=prepared.script.text,
+                    script_relpath=prepared.script.script_relpath,
+                    sleep=sleep,
+                )
                 try:
                     tasks = dialect.array_task_ids(parent, len(extras))
                 except SchedulerError as exc:  # a qsub that took the job but made no array of it
                     written.clear()  # the job exists: its script stays, and so does its record
-                    record = record_for(profile, dialect, job_id=parent, host=prepared.host, name=job.name, workdir=workdir,
-                                        script_path=script_path, submit_argv=prepared.script.submit_argv)
+                    record = record_for(
+                        profile,
+                        dialect,
+                        job_id=parent,
+                        host=prepared.host,
+                        name=job.name,
+                        workdir=workdir,
+                        script_path=script_path,
+                        submit_argv=prepared.script.submit_argv,
+                    )
                     record.extra = {**record.extra, "sweep": extras[0].get("sweep"), "array_refused": exc.message}
                     add_or_explain(store, record, prepared)
-                    raise SchedulerError(f"job {parent} was submitted but is not a job array ({exc.message})",
-                                         hint=f"`hpc-launch cancel {parent}` (it is recorded), then run the sweep with --separate") from None
+                    raise SchedulerError(
+                        f"job {parent} was submitted but is not a job array ({exc.message})",
+                        hint=f"`hpc-launch cancel {parent}` (it is recorded), then run the sweep with --separate",
+                    ) from None
                 records = []
                 for i, task in enumerate(tasks):
-                    record = record_for(profile, dialect, job_id=task, host=prepared.host, name=job.name, workdir=workdir,
-                                        script_path=script_path, submit_argv=prepared.script.submit_argv)
+                    record = record_for(
+                        profile,
+                        dialect,
+                        job_id=task,
+                        host=prepared.host,
+                        name=job.name,
+                        workdir=workdir,
+                        script_path=script_path,
+                        submit_argv=prepared.script.submit_argv,
+                    )
                     record.extra = {**record.extra, **extras[i], "array": parent, "task": i}
                     add_or_explain(store, record, prepared)
                     records.append(record)
@@ -112,7 +176,9 @@ def group_members(store: JobStore, ident: str, cluster: Optional[str] = None) ->
     for r in store.list(cluster=cluster, limit=100000):
         extra = r.extra or {}
         array = str(extra.get("array") or "")
-        if ident and (extra.get("sweep") == ident or array == ident or (array and array.split(".", 1)[0] in (ident, f"{ident}[]"))):
+        if ident and (
+            extra.get("sweep") == ident or array == ident or (array and array.split(".", 1)[0] in (ident, f"{ident}[]"))
+        ):
             members.append(r)
     return sorted(members, key=lambda r: (r.extra.get("point_index", r.extra.get("task", 0)), r.submit_time))
 
@@ -128,7 +194,6 @@ def find_jobs(store: JobStore, ident: str, cluster: Optional[str] = None) -> Lis
         raise
 
 
-
 @dataclass(frozen=True)
 class Target:
     """What an id given to a command names: one job, or a sweep's or an array's jobs."""
@@ -140,6 +205,9 @@ class Target:
 def lookup(store: JobStore, ident: str, cluster: Optional[str] = None) -> Target:
     """The jobs `ident` names, for `logs`, `status`, `cancel`, `report`. Raises JobNotFound."""
     found = find_jobs(store, ident, cluster)
-    group = len(found) > 1 or (found[0].job_id != ident and bool(group_members(store, ident, cluster))) \
+    group = (
+        len(found) > 1
+        or (found[0].job_id != ident and bool(group_members(store, ident, cluster)))
         or (found[0].extra or {}).get("sweep") == ident
+    )
     return Target(found, group)

@@ -62,9 +62,17 @@ def _find_submitted(dialect: Dialect, transport: Transport, cwd: str, script_rel
         return None
 
 
-def run_submit(transport: Transport, argv: List[str], cwd: str, dialect: Dialect, *,
-               env: Optional[Mapping[str, Optional[str]]] = None, script_relpath: str = "", script_text: str = "",
-               sleep: Callable[[float], None] = time.sleep) -> str:
+def run_submit(
+    transport: Transport,
+    argv: List[str],
+    cwd: str,
+    dialect: Dialect,
+    *,
+    env: Optional[Mapping[str, Optional[str]]] = None,
+    script_relpath: str = "",
+    script_text: str = "",
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """Run the submit command and return the job id. A clear refusal is retried only when it says
     "try later"; anything that may have created the job first asks the scheduler for it.
     `script_text` goes on the command's stdin where the dialect takes the script that way."""
@@ -83,7 +91,8 @@ def run_submit(transport: Transport, argv: List[str], cwd: str, dialect: Dialect
                 return found
             raise TransportError(
                 f"lost contact while submitting on {transport.host}: the job may or may not exist",
-                hint=f"look for a job running {script_relpath} in the scheduler's queue; `hpc-launch adopt` records it") from None
+                hint=f"look for a job running {script_relpath} in the scheduler's queue; `hpc-launch adopt` records it",
+            ) from None
         if result.rc == 0:
             try:
                 return dialect.parse_submit(result.out)
@@ -108,17 +117,34 @@ def run_submit(transport: Transport, argv: List[str], cwd: str, dialect: Dialect
     raise SchedulerError(f"{argv[0]} refused the job: {first}")
 
 
-def record_for(profile: Profile, dialect: Dialect, *, job_id: str, host: str, name: str, workdir: str, script_path: str,
-               submit_argv: List[str]) -> JobRecord:
+def record_for(
+    profile: Profile,
+    dialect: Dialect,
+    *,
+    job_id: str,
+    host: str,
+    name: str,
+    workdir: str,
+    script_path: str,
+    submit_argv: List[str],
+) -> JobRecord:
     """The record of a submitted (or adopted) job: every path on `host`, absolute."""
     from ..render import fill
 
-    log_path = f"{workdir}/{fill(profile.log.name, {'name': name, 'job_id': job_id, 'job_num': dialect.job_num(job_id)})}"
+    log_path = (
+        f"{workdir}/{fill(profile.log.name, {'name': name, 'job_id': job_id, 'job_num': dialect.job_num(job_id)})}"
+    )
     return JobRecord(
-        job_id=job_id, cluster=profile.name, dialect=profile.dialect, host=host,
-        name=name, workdir=workdir, script_path=script_path,
+        job_id=job_id,
+        cluster=profile.name,
+        dialect=profile.dialect,
+        host=host,
+        name=name,
+        workdir=workdir,
+        script_path=script_path,
         log_path=live_log_for(log_path) if profile.log.live == "tee" else log_path,
-        exit_path=exit_path_for(log_path), submit_time=time.time(),
+        exit_path=exit_path_for(log_path),
+        submit_time=time.time(),
         # with no scheduler the job starts at once
         state=(JobState.QUEUED if dialect.has_scheduler else JobState.RUNNING).value,
         submit_argv=list(submit_argv),
@@ -131,16 +157,26 @@ def check_inputs(transport: Transport, prepared: "Prepared", workdir: str) -> No
     job = prepared.job
     where = "here" if prepared.host == LOCAL_HOST else f"on {prepared.host}"
     if job.venv and transport.size(f"{transport.resolve_path(job.venv)}/bin/activate") is None:
-        raise SpecError(f"--venv {job.venv}: there is no {job.venv}/bin/activate {where}",
-                        hint=f"create it {where} (python3 -m venv {job.venv} && {job.venv}/bin/pip install 'hpc-launch[train]') or pass another --venv")
+        raise SpecError(
+            f"--venv {job.venv}: there is no {job.venv}/bin/activate {where}",
+            hint=(
+                f"create it {where} (python3 -m venv {job.venv} && {job.venv}/bin/pip "
+                "install 'hpc-launch[train]') or pass another --venv"
+            ),
+        )
     script = prepared.remote_code[0] if prepared.remote_code else None if prepared.uploads else job.script
     if script:
         path = script if script.startswith(("/", "~")) else f"{workdir}/{script}"
         if transport.size(transport.resolve_path(path)) is None:
-            raise SpecError(f"--script {script}: no such file {where}", hint="give the path of your training script as the job will see it")
+            raise SpecError(
+                f"--script {script}: no such file {where}",
+                hint="give the path of your training script as the job will see it",
+            )
 
 
-def opened(prepared: "Prepared", store: Optional[JobStore], transport: Optional[Transport]) -> Tuple[JobStore, Transport, bool]:
+def opened(
+    prepared: "Prepared", store: Optional[JobStore], transport: Optional[Transport]
+) -> Tuple[JobStore, Transport, bool]:
     """The job store checked writable (a store that cannot take the record refuses before
     anything exists) and a transport to where the job goes; own: whether we opened it."""
     store = store or JobStore()
@@ -162,8 +198,10 @@ def write(transport: Transport, path: str, text: str, mode: int, written: List[s
         transport.put_text(path, text, mode=mode)
     except OSError as exc:
         where = "here" if host == LOCAL_HOST else f"on {host}"
-        raise SpecError(f"cannot write {path} {where}: {exc.strerror or exc}",
-                        hint="pass --workdir with a directory you can write, with free space") from None
+        raise SpecError(
+            f"cannot write {path} {where}: {exc.strerror or exc}",
+            hint="pass --workdir with a directory you can write, with free space",
+        ) from None
     written.append(path)
 
 
@@ -173,12 +211,25 @@ def add_or_explain(store: JobStore, record: JobRecord, prepared: "Prepared") -> 
     except StoreError as exc:
         import shlex
 
-        adopt = ["hpc-launch", "adopt", record.job_id, "--cluster", record.cluster, "--workdir", record.workdir,
-                 "--name", record.name, "--script", record.script_path]
+        adopt = [
+            "hpc-launch",
+            "adopt",
+            record.job_id,
+            "--cluster",
+            record.cluster,
+            "--workdir",
+            record.workdir,
+            "--name",
+            record.name,
+            "--script",
+            record.script_path,
+        ]
         if record.host != LOCAL_HOST:
             adopt += ["--login", record.host]
-        raise NotRecorded(f"job {record.job_id} was submitted but could not be recorded ({exc.message})",
-                          hint=f"once the store works again: {shlex.join(adopt)}") from None
+        raise NotRecorded(
+            f"job {record.job_id} was submitted but could not be recorded ({exc.message})",
+            hint=f"once the store works again: {shlex.join(adopt)}",
+        ) from None
 
 
 def discard(transport: Transport, path: Optional[str]) -> None:
@@ -188,8 +239,9 @@ def discard(transport: Transport, path: Optional[str]) -> None:
     try:
         transport.remove(path)
     except Exception as exc:  # a lost connection: the user must know a file was left
-        sys.stderr.write(f"hpc-launch: warning: could not remove {path} on {transport.host} ({exc}): remove it yourself\n")
-
+        sys.stderr.write(
+            f"hpc-launch: warning: could not remove {path} on {transport.host} ({exc}): remove it yourself\n"
+        )
 
 
 def discard_empty_dirs(transport: Transport, directory: str) -> None:

@@ -25,8 +25,18 @@ from .. import dialects
 from ..dialects import Dialect, StatusInfo
 from ..errors import HpcLaunchError
 from ..logs import read_exit_code
-from ..protocol import (BAD_HOST_TTL_S, EXIT_HANG, EXIT_PREFLIGHT, EXIT_RESUMABLE, EXIT_SIGINT, EXIT_SIGKILL, EXIT_SIGTERM, LOCAL_HOST,
-                        kept_off_in, parse_bad_hosts_file)
+from ..protocol import (
+    BAD_HOST_TTL_S,
+    EXIT_HANG,
+    EXIT_PREFLIGHT,
+    EXIT_RESUMABLE,
+    EXIT_SIGINT,
+    EXIT_SIGKILL,
+    EXIT_SIGTERM,
+    LOCAL_HOST,
+    kept_off_in,
+    parse_bad_hosts_file,
+)
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -52,17 +62,28 @@ def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
 def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
     """A one-line reason for an end that is not self-explaining."""
     if state == JobState.FAILED and code == EXIT_SIGKILL and not cancel_requested(rec):
-        return "killed by SIGKILL that nobody requested: usually the out-of-memory killer (lower --micro-batch, or use ZeRO offload)"
+        return (
+            "killed by SIGKILL that nobody requested: usually the "
+            "out-of-memory killer (lower --micro-batch, or use ZeRO offload)"
+        )
     if state == JobState.FAILED and code == EXIT_SIGTERM and not cancel_requested(rec):
         return "terminated by SIGTERM that hpc-launch did not send (walltime, preemption or an admin)"
     if state == JobState.FAILED and code is None:
         return "ended without writing its exit code (node lost or killed with SIGKILL)"
     if code == EXIT_RESUMABLE:
-        return "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
+        return (
+            "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
+        )
     if code == EXIT_HANG:
-        return "a rank hung and the watchdog ended the job: `hpc-launch doctor` names the rank and host (its stacks are in the log)"
+        return (
+            "a rank hung and the watchdog ended the job: `hpc-launch "
+            "doctor` names the rank and host (its stacks are in the log)"
+        )
     if code == EXIT_PREFLIGHT:
-        return "the pre-flight gate found the job was not what was asked, so nothing trained: `hpc-launch doctor` names the host and the fix"
+        return (
+            "the pre-flight gate found the job was not what was asked, so "
+            "nothing trained: `hpc-launch doctor` names the host and the fix"
+        )
     return ""
 
 
@@ -90,7 +111,9 @@ def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
     return {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
 
 
-def _decide(dialect: Dialect, run: Callable[[List[str]], Any], transport: Transport, rec: JobRecord, info: Optional[StatusInfo]) -> Outcome:
+def _decide(
+    dialect: Dialect, run: Callable[[List[str]], Any], transport: Transport, rec: JobRecord, info: Optional[StatusInfo]
+) -> Outcome:
     if info is not None and info.active:
         if info.state == JobState.UNKNOWN:
             # a word we do not know never ends (or restarts) a job: keep what we had
@@ -189,8 +212,11 @@ def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) 
             extra = {**extra, "excluded": sorted(set(extra.get("excluded", [])) | set(kept_off[later.job_id]))}
             store.update(later.cluster, later.job_id, extra=extra)
             changed.append(later.job_id)
-        elif extra.get("chain") == chain and extra.get("link", 0) > (rec.extra or {}).get("link", 0) \
-                and JobState(later.state) == JobState.QUEUED:
+        elif (
+            extra.get("chain") == chain
+            and extra.get("link", 0) > (rec.extra or {}).get("link", 0)
+            and JobState(later.state) == JobState.QUEUED
+        ):
             argv = dialect.exclude_pending_argv(later.job_id, hosts)
             result = runner(transport, later)(argv or [])
             if result.rc == 0:
@@ -204,7 +230,12 @@ def refresh_is_cheap(rec: JobRecord) -> bool:
     return rec.host == LOCAL_HOST and not dialects.get(rec.dialect).has_scheduler and not JobState(rec.state).terminal
 
 
-def refresh(store: JobStore, records: Iterable[JobRecord], transport_for: TransportFor = transport_for, keep: Optional[List[JobRecord]] = None) -> List[JobRecord]:
+def refresh(
+    store: JobStore,
+    records: Iterable[JobRecord],
+    transport_for: TransportFor = transport_for,
+    keep: Optional[List[JobRecord]] = None,
+) -> List[JobRecord]:
     """Update the store for every active record: one scheduler query per (cluster, host).
     Returns `keep` (default: `records`) as stored afterwards."""
     records = list(records)
@@ -227,8 +258,12 @@ class NeverRuns(HpcLaunchError):
     final = True  # a follower stops at once (not a transient query failure)
 
 
-def state_poller(transport: Transport, record: JobRecord, store: Optional[JobStore] = None,
-                 on_comment: Optional[Callable[[str], None]] = None):
+def state_poller(
+    transport: Transport,
+    record: JobRecord,
+    store: Optional[JobStore] = None,
+    on_comment: Optional[Callable[[str], None]] = None,
+):
     """A `state()` callable for logs.follow that keeps the record up to date and reports the
     scheduler's comment when it changes."""
     seen = {"comment": record.comment}
@@ -242,9 +277,12 @@ def state_poller(transport: Transport, record: JobRecord, store: Optional[JobSto
             on_comment(got.comment)
         seen["comment"] = got.comment
         if got.never_runs:
-            raise NeverRuns(f"job {record.job_id} will never run: {got.comment}",
-                            hint=f"cancel it with `hpc-launch cancel {record.job_id}` and resubmit with fewer nodes or another queue")
+            raise NeverRuns(
+                f"job {record.job_id} will never run: {got.comment}",
+                hint=(
+                    f"cancel it with `hpc-launch cancel {record.job_id}` and resubmit with fewer nodes or another queue"
+                ),
+            )
         return got.state
 
     return state
-

@@ -15,15 +15,31 @@ from ..profiles import Profile
 from ..records import JobRecord, JobStore
 from ..transport.base import Transport
 from .groups import submit_link
-from .placing import NotRecorded, add_or_explain, discard, discard_empty_dirs, opened, placed, record_for, run_submit, signals_held, write
+from .placing import (
+    NotRecorded,
+    add_or_explain,
+    discard,
+    discard_empty_dirs,
+    opened,
+    placed,
+    record_for,
+    run_submit,
+    signals_held,
+    write,
+)
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
 
 
-def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store: Optional[JobStore] = None,
-           sleep: Callable[[float], None] = time.sleep,
-           on_recorded: Optional[Callable[[JobRecord], None]] = None) -> JobRecord:
+def submit(
+    prepared: "Prepared",
+    *,
+    transport: Optional[Transport] = None,
+    store: Optional[JobStore] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_recorded: Optional[Callable[[JobRecord], None]] = None,
+) -> JobRecord:
     """Write the script where it will run, submit it, record it. Returns the JobRecord.
 
     `on_recorded` runs while interrupts are still held (the CLI prints the job id there)."""
@@ -46,10 +62,26 @@ def submit(prepared: "Prepared", *, transport: Optional[Transport] = None, store
                 written.append(secrets_path)  # first: a write that fails halfway is removed too
                 transport.put_private(secrets_path, secrets.encode(secrets.collect(job.pass_env)))
             with signals_held() as caught:
-                job_id = run_submit(transport, prepared.script.submit_argv, workdir, dialect, script_text=prepared.script.text,
-                                    env=secrets.submit_env(job.pass_env), script_relpath=prepared.script.script_relpath, sleep=sleep)
-                record = record_for(profile, dialect, job_id=job_id, host=prepared.host, name=job.name, workdir=workdir,
-                                    script_path=script_path, submit_argv=prepared.script.submit_argv)
+                job_id = run_submit(
+                    transport,
+                    prepared.script.submit_argv,
+                    workdir,
+                    dialect,
+                    script_text=prepared.script.text,
+                    env=secrets.submit_env(job.pass_env),
+                    script_relpath=prepared.script.script_relpath,
+                    sleep=sleep,
+                )
+                record = record_for(
+                    profile,
+                    dialect,
+                    job_id=job_id,
+                    host=prepared.host,
+                    name=job.name,
+                    workdir=workdir,
+                    script_path=script_path,
+                    submit_argv=prepared.script.submit_argv,
+                )
                 record.extra = {**record.extra, "capsule": capsule_dir}
                 if job.chain > 1:
                     record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
@@ -91,33 +123,58 @@ def write_capsule(transport: Transport, prepared: "Prepared", workdir: str, writ
         except (OSError, UnicodeDecodeError) as exc:
             if i:
                 continue  # a file beside the script that is not text: not code the job imports
-            raise SpecError(f"--script {local_path}: cannot send it with the job ({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
-                            hint="give a Python script, or the path of one already on the cluster") from None
+            raise SpecError(
+                f"--script {local_path}: cannot send it with the job "
+                f"({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
+                hint="give a Python script, or the path of one already on the cluster",
+            ) from None
         write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
     if prepared.remote_code:
         source, relpath = prepared.remote_code
         source = transport.resolve_path(source if source.startswith(("/", "~")) else f"{workdir}/{source}")
         target = f"{workdir}/{relpath}"
         written.append(target)
-        copied = transport.run(["sh", "-c", 'mkdir -p -- "$(dirname -- "$2")" && cp -- "$1" "$2"', "sh", source, target])
+        copied = transport.run(
+            ["sh", "-c", 'mkdir -p -- "$(dirname -- "$2")" && cp -- "$1" "$2"', "sh", source, target]
+        )
         if copied.rc != 0:
-            raise SpecError(f"--script {source}: cannot copy it into the job's capsule on {prepared.host} ({copied.err.strip() or copied.rc})",
-                            hint="pass --workdir with a directory you can write, with free space")
+            raise SpecError(
+                f"--script {source}: cannot copy it into the job's capsule on {prepared.host} "
+                f"({copied.err.strip() or copied.rc})",
+                hint="pass --workdir with a directory you can write, with free space",
+            )
     manifest, diff = capsule.manifest(prepared, source)
-    write(transport, f"{directory}/{CAPSULE_MANIFEST}", json.dumps(manifest, indent=1, sort_keys=True) + "\n", 0o644, written, prepared.host)
+    write(
+        transport,
+        f"{directory}/{CAPSULE_MANIFEST}",
+        json.dumps(manifest, indent=1, sort_keys=True) + "\n",
+        0o644,
+        written,
+        prepared.host,
+    )
     if diff:
         write(transport, f"{directory}/{CAPSULE_GIT_DIFF}", diff, 0o644, written, prepared.host)
     write(transport, f"{directory}/{CAPSULE_PROBE}", capsule.probe_source(), 0o644, written, prepared.host)
     return directory
 
 
-def adopt(store: JobStore, profile: Profile, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> JobRecord:
+def adopt(
+    store: JobStore, profile: Profile, *, job_id: str, host: str, name: str, workdir: str, script_path: str
+) -> JobRecord:
     """Record a job that exists but has no record (the store failed, or a lost connection).
     Every value is checked first: the record's ids and paths reach commands and file reads later."""
     dialect = dialects.get(profile.dialect)
     _check_adopted(dialect, job_id=job_id, host=host, name=name, workdir=workdir, script_path=script_path)
-    record = record_for(profile, dialect, job_id=job_id, host=host, name=name, workdir=workdir.rstrip("/"),
-                        script_path=script_path, submit_argv=[])
+    record = record_for(
+        profile,
+        dialect,
+        job_id=job_id,
+        host=host,
+        name=name,
+        workdir=workdir.rstrip("/"),
+        script_path=script_path,
+        submit_argv=[],
+    )
     store.add(record)
     return record
 
@@ -129,14 +186,26 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}\Z")
 
 def _check_adopted(dialect: Dialect, *, job_id: str, host: str, name: str, workdir: str, script_path: str) -> None:
     if not _JOB_ID.match(job_id or ""):
-        raise SpecError(f"{job_id!r} is not a job id", hint="give the id the scheduler printed, e.g. 12345 or 12345.server")
+        raise SpecError(
+            f"{job_id!r} is not a job id", hint="give the id the scheduler printed, e.g. 12345 or 12345.server"
+        )
     if not dialect.has_scheduler and (not job_id.isdigit() or int(job_id) < 2):
-        raise SpecError(f"{job_id!r} is not the id of a job on this machine",
-                        hint="a local job's id is the process id submit printed (a number above 1)")
+        raise SpecError(
+            f"{job_id!r} is not the id of a job on this machine",
+            hint="a local job's id is the process id submit printed (a number above 1)",
+        )
     if host.startswith("-") or any(c.isspace() for c in host):
-        raise SpecError(f"--login {host!r} is not an ssh host alias", hint="give the alias from ~/.ssh/config, e.g. abci")
+        raise SpecError(
+            f"--login {host!r} is not an ssh host alias", hint="give the alias from ~/.ssh/config, e.g. abci"
+        )
     if not _NAME.match(name or ""):
-        raise SpecError(f"job name {name!r} is not usable", hint="use --name with a letter first, then letters, digits, '_', '.', '-'")
+        raise SpecError(
+            f"job name {name!r} is not usable",
+            hint="use --name with a letter first, then letters, digits, '_', '.', '-'",
+        )
     for what, path in (("--workdir", workdir), ("--script", script_path)):
         if not path.startswith("/") or any(ord(c) < 32 for c in path):
-            raise SpecError(f"{what} {path!r} is not an absolute path", hint=f"give {what} as the absolute path on the host that submitted the job")
+            raise SpecError(
+                f"{what} {path!r} is not an absolute path",
+                hint=f"give {what} as the absolute path on the host that submitted the job",
+            )

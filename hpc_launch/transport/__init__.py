@@ -31,8 +31,18 @@ from .local import LOCAL_NAMES, LocalTransport
 from .remote_command import SENTINEL, wrap_remote_command
 from .ssh import SSHTransport
 
-__all__ = ["CommandResult", "Transport", "transport_error", "LOCAL_NAMES", "LocalTransport", "SENTINEL",
-           "wrap_remote_command", "SSHTransport", "open_transport", "close_all"]
+__all__ = [
+    "CommandResult",
+    "Transport",
+    "transport_error",
+    "LOCAL_NAMES",
+    "LocalTransport",
+    "SENTINEL",
+    "wrap_remote_command",
+    "SSHTransport",
+    "open_transport",
+    "close_all",
+]
 
 _cache: dict = {}
 _cache_lock = threading.Lock()

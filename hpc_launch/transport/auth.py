@@ -72,7 +72,8 @@ def _prompt_handler(hop: Hop):
         for line in (title, instructions):
             if line:
                 print(line, file=sys.stderr)
-        return [getpass.getpass(f"[{hop.alias}] {p}") if not echo else input(f"[{hop.alias}] {p}")
-                for p, echo in prompts]
+        return [
+            getpass.getpass(f"[{hop.alias}] {p}") if not echo else input(f"[{hop.alias}] {p}") for p, echo in prompts
+        ]
 
     return handler

@@ -21,8 +21,15 @@ class CommandResult:
 class Transport(Protocol):
     host: str
 
-    def run(self, argv: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, Optional[str]]] = None,
-            timeout: float = 60.0, stdin: Optional[str] = None) -> CommandResult: ...
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, Optional[str]]] = None,
+        timeout: float = 60.0,
+        stdin: Optional[str] = None,
+    ) -> CommandResult: ...
 
     def put_text(self, path: str, text: str, mode: int = 0o644) -> None: ...
 

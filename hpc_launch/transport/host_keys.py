@@ -51,7 +51,8 @@ def verify_host_key(hop: Hop, key, known: dict, ssh_cmd: str) -> None:
     if not known:
         raise HostKeyError(
             f"host key for {hop.alias} ({name}, {key.get_name()} {key.fingerprint}) is not in known_hosts",
-            hint=f"run `{ssh_cmd}` once to verify and accept it")
+            hint=f"run `{ssh_cmd}` once to verify and accept it",
+        )
     entry = known.get(key.get_name())
     if entry is not None and entry[0] == key:
         return
@@ -61,4 +62,5 @@ def verify_host_key(hop: Hop, key, known: dict, ssh_cmd: str) -> None:
         f"host key for {hop.alias} ({name}) CHANGED: the server sent {key.get_name()} {key.fingerprint}, "
         f"{path} has a different one; possible man-in-the-middle attack",
         hint=f"if the change is expected remove the old key with "
-             f"`ssh-keygen -R {shlex.quote(name)}{file_arg}` and run `{ssh_cmd}` to accept the new one")
+        f"`ssh-keygen -R {shlex.quote(name)}{file_arg}` and run `{ssh_cmd}` to accept the new one",
+    )

@@ -29,13 +29,20 @@ class LocalTransport:
             return CommandResult(1, "", f"cd: {cwd}: No such file or directory\n")
         try:
             proc = subprocess.run(
-                list(argv), cwd=workdir, env=full_env, timeout=timeout, capture_output=True,
+                list(argv),
+                cwd=workdir,
+                env=full_env,
+                timeout=timeout,
+                capture_output=True,
                 input=stdin.encode() if stdin is not None else None,
                 stdin=subprocess.DEVNULL if stdin is None else None,
             )
         except subprocess.TimeoutExpired as exc:
-            raise transport_error(f"`{shlex.join(argv)}` did not finish within {timeout:g} s and was killed",
-                                  hint="it may have taken effect; check before retrying", maybe_ran=True) from exc
+            raise transport_error(
+                f"`{shlex.join(argv)}` did not finish within {timeout:g} s and was killed",
+                hint="it may have taken effect; check before retrying",
+                maybe_ran=True,
+            ) from exc
         except FileNotFoundError:
             return CommandResult(127, "", f"{argv[0]}: command not found\n")
         except PermissionError:

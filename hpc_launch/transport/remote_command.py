@@ -21,8 +21,7 @@ _PORTABLE = re.compile(r"^[ -~]*$")
 _NOT_PORTABLE_IN_QUOTES = set("!\\")
 
 
-def wrap_remote_command(argv: Sequence[str], cwd: Optional[str] = None,
-                        env: Optional[Mapping[str, str]] = None) -> str:
+def wrap_remote_command(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> str:
     """The exact string handed to the remote sshd (which gives it to the user's login shell)."""
     if not argv:
         raise ValueError("empty command")

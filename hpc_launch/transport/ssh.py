@@ -32,19 +32,28 @@ class _Unknown(Exception):
 class SSHTransport:
     """A login node over SSH. Lazily connects; the one connection is reused until close()."""
 
-    def __init__(self, host: str, *, ssh_config: Optional[str] = None, known_hosts: Optional[str] = None,
-                 connect_timeout: float = 10.0, retries: int = 3, backoff: float = 0.5):
+    def __init__(
+        self,
+        host: str,
+        *,
+        ssh_config: Optional[str] = None,
+        known_hosts: Optional[str] = None,
+        connect_timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+    ):
         import paramiko  # noqa: F401  (fail early and clearly if missing)
 
         self.host = host
         self.ssh_config_path = os.path.expanduser(
-            ssh_config or os.environ.get("HPC_LAUNCH_SSH_CONFIG") or "~/.ssh/config")
+            ssh_config or os.environ.get("HPC_LAUNCH_SSH_CONFIG") or "~/.ssh/config"
+        )
         override = known_hosts or os.environ.get("HPC_LAUNCH_KNOWN_HOSTS")
         self.known_hosts_override = os.path.expanduser(override) if override else None
         self.connect_timeout = connect_timeout
         self.retries = retries
         self.backoff = backoff
-        self.connects = 0            # connections established (tests and benches read these)
+        self.connects = 0  # connections established (tests and benches read these)
         self.connect_attempts = 0
         self._lock = threading.RLock()
         self._transports: list = []  # jump hosts first, the login node last
@@ -64,7 +73,8 @@ class SSHTransport:
                 timeout = hop.connect_timeout or self.connect_timeout
                 if transports:
                     sock = transports[-1].open_channel(
-                        "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=timeout)
+                        "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=timeout
+                    )
                 elif hop.proxy_command:
                     sock = paramiko.ProxyCommand(hop.proxy_command)
                 else:
@@ -105,7 +115,8 @@ class SSHTransport:
                     raise transport_error(
                         f"cannot connect to {self.host}: {_describe(exc)} "
                         f"(after {attempt + 1} attempt{'s' if attempt else ''})",
-                        hint=f"check that `ssh {self.host}` works from this machine") from exc
+                        hint=f"check that `ssh {self.host}` works from this machine",
+                    ) from exc
                 log.debug("connect to %s failed (%s); retrying in %.1f s", self.host, _describe(exc), delay)
                 time.sleep(delay)
                 delay *= 2
@@ -117,11 +128,15 @@ class SSHTransport:
                 try:
                     self._connect()
                 except socket.gaierror as exc:
-                    raise transport_error(f"cannot resolve {self.host}: {exc.strerror}",
-                                          hint="check the host name or its HostName in ssh config") from exc
+                    raise transport_error(
+                        f"cannot resolve {self.host}: {exc.strerror}",
+                        hint="check the host name or its HostName in ssh config",
+                    ) from exc
                 except self._paramiko().AuthenticationException as exc:
-                    raise transport_error(f"ssh authentication to {self.host} failed: {exc}",
-                                          hint="load your key into ssh-agent or set IdentityFile in ssh config") from exc
+                    raise transport_error(
+                        f"ssh authentication to {self.host} failed: {exc}",
+                        hint="load your key into ssh-agent or set IdentityFile in ssh config",
+                    ) from exc
             return self._transports[-1]
 
     @staticmethod
@@ -162,9 +177,11 @@ class SSHTransport:
             return self._exchange(channel, command, stdin, timeout)
         except _Unknown as exc:
             self._drop()
-            raise transport_error(f"lost `{shown}` on {self.host}: {exc}",
-                                  hint="it may have run; check (e.g. `hpc-launch list`) before retrying",
-                                  maybe_ran=True) from exc
+            raise transport_error(
+                f"lost `{shown}` on {self.host}: {exc}",
+                hint="it may have run; check (e.g. `hpc-launch list`) before retrying",
+                maybe_ran=True,
+            ) from exc
         finally:
             channel.close()
 
@@ -217,8 +234,12 @@ class SSHTransport:
                         self._sftp = sftp
                     return op(self._sftp)
                 except (EOFError, paramiko.SSHException, OSError) as exc:
-                    if (isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, socket.timeout))
-                            and self._transports and _alive(self._transports[-1])):
+                    if (
+                        isinstance(exc, OSError)
+                        and not isinstance(exc, (ConnectionError, socket.timeout))
+                        and self._transports
+                        and _alive(self._transports[-1])
+                    ):
                         raise  # the file's own answer (no such file, permission denied, SFTP "Failure")
                     self._drop()  # paramiko says "Socket is closed" (an OSError without errno) when sshd went away
                     if attempt == 2:
@@ -273,8 +294,10 @@ class SSHTransport:
                 fh.write(data)
             if sftp.stat(path).st_mode & 0o077:  # a server that ignored the requested mode
                 sftp.remove(path)
-                raise transport_error(f"the SFTP server on {self.host} did not create {path} with mode 0600",
-                                      hint="--pass-env needs a server that honours the mode of a new file (OpenSSH does)")
+                raise transport_error(
+                    f"the SFTP server on {self.host} did not create {path} with mode 0600",
+                    hint="--pass-env needs a server that honours the mode of a new file (OpenSSH does)",
+                )
 
         self._with_sftp(op)
 

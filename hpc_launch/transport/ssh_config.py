@@ -44,7 +44,7 @@ class SshConfig:
         """One hop from an alias or a ProxyJump entry ([user@]host[:port] or ssh://...)."""
         user = port = None
         if spec.startswith("ssh://"):
-            spec = spec[len("ssh://"):]
+            spec = spec[len("ssh://") :]
         if "@" in spec:
             user, spec = spec.rsplit("@", 1)
         if spec.count(":") == 1:
@@ -54,8 +54,9 @@ class SshConfig:
             known = [self.known_hosts_override]
         else:
             user_files = (cfg.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split()
-            global_files = (cfg.get("globalknownhostsfile")
-                            or "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2").split()
+            global_files = (
+                cfg.get("globalknownhostsfile") or "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"
+            ).split()
             known = user_files + global_files
         timeout = cfg.get("connecttimeout")
         return Hop(

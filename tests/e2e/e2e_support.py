@@ -33,9 +33,13 @@ class CLI:
 
     def __call__(self, *args, timeout=300, extra_env=None, check=False):
         env = dict(self.env, **(extra_env or {}))
-        r = subprocess.run([self.bin, *map(str, args)], cwd=self.workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [self.bin, *map(str, args)], cwd=self.workdir, env=env, capture_output=True, text=True, timeout=timeout
+        )
         if check and r.returncode != 0:
-            raise AssertionError(f"hpc-launch {' '.join(map(str, args))} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            raise AssertionError(
+                f"hpc-launch {' '.join(map(str, args))} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            )
         return r
 
     def submit(self, *args, **kw) -> str:
@@ -60,7 +64,10 @@ class CLI:
             if path.exists() and needle in path.read_text(errors="replace"):
                 return path.read_text(errors="replace")
             time.sleep(0.5)
-        raise AssertionError(f"{needle!r} never appeared in {path}: {path.read_text(errors='replace')[-2000:] if path.exists() else 'no file'}")
+        raise AssertionError(
+            f"{needle!r} never appeared in {path}: "
+            f"{path.read_text(errors='replace')[-2000:] if path.exists() else 'no file'}"
+        )
 
 
 def make_cli(hpc_launch_bin: str, testbed: dict, workdir: Path, path_first: str | None = None) -> CLI:
@@ -72,8 +79,6 @@ def make_cli(hpc_launch_bin: str, testbed: dict, workdir: Path, path_first: str 
     if path_first:
         env["PATH"] = f"{path_first}:{env['PATH']}"
     return CLI(hpc_launch_bin, env, workdir)
-
-
 
 
 def testbed_env() -> dict:

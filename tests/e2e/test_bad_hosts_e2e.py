@@ -48,10 +48,14 @@ def _slow_start_profile(tmp: Path, base: str) -> Path:
     return path
 
 
-def test_a_node_that_fails_under_a_slurm_job_is_named_and_the_next_job_avoids_it(hpc_launch_bin, testbed, shared_workdir, tmp_path):
+def test_a_node_that_fails_under_a_slurm_job_is_named_and_the_next_job_avoids_it(
+    hpc_launch_bin, testbed, shared_workdir, tmp_path
+):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     profile = _slow_start_profile(tmp_path, "tb-slurm")
-    job = cli.submit("--cluster", "tb-slurm", "--nodes", "3", "--name", "failing", "--profile", profile, "--walltime", "5m")
+    job = cli.submit(
+        "--cluster", "tb-slurm", "--nodes", "3", "--name", "failing", "--profile", profile, "--walltime", "5m"
+    )
     cli.wait_state(job, {"running"}, timeout=120)
     try:
         _pod("pod3", "ip", "link", "set", "eth0", "down")  # after the allocation: slurmd and sshd there are cut off
@@ -78,7 +82,19 @@ def test_pbs_spares_train_on_the_pods_that_answer_when_one_pods_sshd_is_gone(hpc
     pid_file = Path(testbed["HPC_TESTBED_DIR"]) / "run" / "pod3.sshd.pid"  # testbed/lib.sh: TB_RUN
     subprocess.run(["kill", pid_file.read_text().strip()], check=True)  # pod3 stays in Slurm, but nobody can ssh there
     try:
-        r = cli("submit", "--cluster", "tb-pbs", "--nodes", "2", "--spares", "1", "--name", "spares", "--follow", timeout=600)
+        r = cli(
+            "submit",
+            "--cluster",
+            "tb-pbs",
+            "--nodes",
+            "2",
+            "--spares",
+            "1",
+            "--name",
+            "spares",
+            "--follow",
+            timeout=600,
+        )
     finally:
         _restore_testbed()
     assert r.returncode == 0, r.stderr[-3000:]
@@ -117,17 +133,35 @@ def _sacct_state(job: str) -> str:
     return (r.stdout.split() or [""])[-1]
 
 
-def test_a_chain_link_that_finds_a_bad_node_keeps_the_next_link_off_it_with_no_launcher_running(hpc_launch_bin, testbed, shared_workdir):
+def test_a_chain_link_that_finds_a_bad_node_keeps_the_next_link_off_it_with_no_launcher_running(
+    hpc_launch_bin, testbed, shared_workdir
+):
     """The first link's rank on pod2 is stopped (SIGSTOP): the watchdog names pod2 and ends the link,
     and the link itself, as it ends, keeps the next link off pod2. No hpc-launch command runs until
     the next link has ended (this test reads Slurm directly): a chain left alone still avoids the
     node. Without it Slurm hands the next link the same two pods (the lowest names)."""
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     _wait_nodes_idle(["pod1", "pod2", "pod3"])  # an earlier fault's pod is back
-    r = cli("submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "alone", "--walltime", "5m", "--chain", "2",
-            "--env", "HPC_LAUNCH_HANG_S=10", "--env", "HPC_LAUNCH_HANG_FACTOR=2",
-            "--train-args", "--model smallcnn --data synthetic --steps 100 --micro-batch 8 --log-every 10 "
-            "--checkpoint-every 20 --no-eval", check=True)
+    r = cli(
+        "submit",
+        "--cluster",
+        "tb-slurm",
+        "--nodes",
+        "2",
+        "--name",
+        "alone",
+        "--walltime",
+        "5m",
+        "--chain",
+        "2",
+        "--env",
+        "HPC_LAUNCH_HANG_S=10",
+        "--env",
+        "HPC_LAUNCH_HANG_FACTOR=2",
+        "--train-args",
+        "--model smallcnn --data synthetic --steps 100 --micro-batch 8 --log-every 10 --checkpoint-every 20 --no-eval",
+        check=True,
+    )
     first = r.stdout.split()[0]
     waiting = subprocess.run(["squeue", "-h", "-t", "PD", "-o", "%i %E"], capture_output=True, text=True).stdout
     second = next(line.split()[0] for line in waiting.splitlines() if f"afterany:{first}(" in line)
@@ -138,7 +172,9 @@ def test_a_chain_link_that_finds_a_bad_node_keeps_the_next_link_off_it_with_no_l
     subprocess.run(["kill", "-STOP", str(pid)], check=True)
     try:
         deadline = time.monotonic() + 400
-        while _sacct_state(second) not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED") and time.monotonic() < deadline:
+        while (
+            _sacct_state(second) not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED") and time.monotonic() < deadline
+        ):
             time.sleep(2)
     finally:
         subprocess.run(["kill", "-CONT", str(pid)], capture_output=True)

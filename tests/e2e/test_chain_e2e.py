@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.scheduler, pytest.mark.chain]
 STEPS = 600
 LINKS = 6
 WALLTIME_S = 60
-TRAIN = f"--model smallcnn --data synthetic --steps {STEPS} --micro-batch 8 --log-every 20 --checkpoint-every 100 --no-eval"
+TRAIN = (
+    f"--model smallcnn --data synthetic --steps {STEPS} --micro-batch 8 --log-every 20 --checkpoint-every 100 --no-eval"
+)
 LOSS = re.compile(r"^\[hpc-train\] step=(\d+) .*?loss=([\d.]+)", re.M)
 
 
@@ -32,15 +34,30 @@ def _unbroken(cli, cluster, workdir):
     """The reference run, and the --stop-before that gives a link about 45 % of its training:
     the testbed trains 15 to 50 steps/s by the machine's load, so a fixed window would let one
     link do everything on a quiet machine, or need more links than the chain has on a busy one."""
-    r = cli("submit", "--cluster", cluster, "--nodes", "2", "--name", "whole", "--walltime", "10m", "--follow",
-            "--train-args", TRAIN + " --checkpoint-dir whole-ckpt", timeout=900)
+    r = cli(
+        "submit",
+        "--cluster",
+        cluster,
+        "--nodes",
+        "2",
+        "--name",
+        "whole",
+        "--walltime",
+        "10m",
+        "--follow",
+        "--train-args",
+        TRAIN + " --checkpoint-dir whole-ckpt",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     job = r.stdout.splitlines()[0].strip()
     log = workdir / f"whole.o{job.split('.')[0]}"
     text = log.read_text()
     began = float(re.search(r"^\[hpc-launch\] job .* t=([\d.]+)", text, re.M).group(1))
     first_step = float(re.search(r"first_step=([\d.]+)", text).group(1))
-    op_build = float(re.search(r"DeepSpeed ready in ([\d.]+) s", text).group(1))  # a cold op build: once per environment
+    op_build = float(
+        re.search(r"DeepSpeed ready in ([\d.]+) s", text).group(1)
+    )  # a cold op build: once per environment
     ended = Path(f"{log}.exitcode").stat().st_mtime
     start_up = first_step - began - op_build + 3.0
     window = start_up + 0.45 * (ended - first_step)
@@ -52,16 +69,40 @@ def _unbroken(cli, cluster, workdir):
 # under every scheduler; the PBS chain (its depend flags, links through the qsub wrapper, each
 # running the submitted code) is the capsule test below, which costs 3 s instead of 130.
 @pytest.mark.parametrize("cluster, path_first", [("tb-slurm", None)])
-def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(hpc_launch_bin, testbed, shared_workdir, cluster, path_first):
+def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(
+    hpc_launch_bin, testbed, shared_workdir, cluster, path_first
+):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[path_first] if path_first else None)
     whole, stop_before = _unbroken(cli, cluster, shared_workdir)
     assert max(whole) == STEPS
     # 1 minute of walltime, stopping early enough that each link trains under half the run
-    r = cli("submit", "--cluster", cluster, "--nodes", "2", "--name", "links", "--walltime", f"{WALLTIME_S}s", "--stop-before", f"{stop_before}s",
-            "--chain", str(LINKS), "--follow", "--train-args", TRAIN, timeout=1200)
+    r = cli(
+        "submit",
+        "--cluster",
+        cluster,
+        "--nodes",
+        "2",
+        "--name",
+        "links",
+        "--walltime",
+        f"{WALLTIME_S}s",
+        "--stop-before",
+        f"{stop_before}s",
+        "--chain",
+        str(LINKS),
+        "--follow",
+        "--train-args",
+        TRAIN,
+        timeout=1200,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    ids = [j["job_id"] for j in sorted((j for j in json.loads(cli("list", "--json", check=True).stdout) if j["name"] == "links"),
-                                       key=lambda j: j["submit_time"])]
+    ids = [
+        j["job_id"]
+        for j in sorted(
+            (j for j in json.loads(cli("list", "--json", check=True).stdout) if j["name"] == "links"),
+            key=lambda j: j["submit_time"],
+        )
+    ]
     assert len(ids) == LINKS
     for job in ids:  # the follow ends with the link that finished; the later ones end at once after it
         cli.wait_state(job, {"done", "timeout", "failed", "cancelled"}, timeout=300)
@@ -75,7 +116,7 @@ def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(hpc_launc
     first_done = states.index("done")
     assert all(s == "timeout" for s in states[:first_done]) and all(j["exit_code"] == 75 for j in links[:first_done])
     assert all(s == "done" for s in states[first_done:])  # later links find the training complete
-    assert any("training already complete" in text for text in logs[first_done + 1:]) or first_done == LINKS - 1
+    assert any("training already complete" in text for text in logs[first_done + 1 :]) or first_done == LINKS - 1
     chained = {}
     for text in logs:
         chained.update(_losses(text))
@@ -88,9 +129,21 @@ def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(hpc_launc
 
 def test_a_requeued_slurm_job_resumes_and_ends_done(hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
-    job = cli.submit("--cluster", "tb-slurm", "--nodes", "2", "--name", "rq", "--walltime", "10m", "--directive", "--requeue",
-                     "--train-args", "--model smallcnn --data synthetic --steps 300 --micro-batch 8 --log-every 20 "
-                     "--checkpoint-every 50 --checkpoint-dir rq-ckpt --no-eval")
+    job = cli.submit(
+        "--cluster",
+        "tb-slurm",
+        "--nodes",
+        "2",
+        "--name",
+        "rq",
+        "--walltime",
+        "10m",
+        "--directive",
+        "--requeue",
+        "--train-args",
+        "--model smallcnn --data synthetic --steps 300 --micro-batch 8 --log-every 20 "
+        "--checkpoint-every 50 --checkpoint-dir rq-ckpt --no-eval",
+    )
     log = shared_workdir / f"rq.o{job}"
     cli.wait_log(log, "step=100", timeout=300)
     subprocess.run(["scontrol", "requeue", job], check=True)
@@ -105,26 +158,53 @@ def test_a_requeued_slurm_job_resumes_and_ends_done(hpc_launch_bin, testbed, sha
     assert cli.wait_state(job, {"done"}, timeout=60) == "done"
 
 
-@pytest.mark.parametrize("cluster, path_first", [("tb-slurm", None), ("tb-pbs-mpi", "HPC_TESTBED_PBS_BIN"),
-                                                 pytest.param("tb-sge", None, marks=pytest.mark.beside)])
-def test_every_link_of_a_chain_runs_the_submitted_code_however_the_files_change(hpc_launch_bin, testbed, shared_workdir, cluster, path_first):
+@pytest.mark.parametrize(
+    "cluster, path_first",
+    [("tb-slurm", None), ("tb-pbs-mpi", "HPC_TESTBED_PBS_BIN"), pytest.param("tb-sge", None, marks=pytest.mark.beside)],
+)
+def test_every_link_of_a_chain_runs_the_submitted_code_however_the_files_change(
+    hpc_launch_bin, testbed, shared_workdir, cluster, path_first
+):
     """The job capsule: the script and its neighbour are edited once the chain is submitted (before
     its first link imports anything); both links still run what was submitted, and the second
     link's start finds what the first found (hpc-launch show)."""
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[path_first] if path_first else None)
     code = shared_workdir / "code"
     code.mkdir()
-    (code / "train.py").write_text("import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.1)\n"
-                                   "import helper\nprint('capsule says', helper.X, 'script v1', flush=True)\n")
+    (code / "train.py").write_text(
+        "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.1)\n"
+        "import helper\nprint('capsule says', helper.X, 'script v1', flush=True)\n"
+    )
     (code / "helper.py").write_text("X = 'submitted'\n")
-    r = cli("submit", "--cluster", cluster, "--nodes", "1", "--name", "cap", "--walltime", "5m", "--chain", "2",
-            "--script", "code/train.py", "--train-args", "", check=True)
+    r = cli(
+        "submit",
+        "--cluster",
+        cluster,
+        "--nodes",
+        "1",
+        "--name",
+        "cap",
+        "--walltime",
+        "5m",
+        "--chain",
+        "2",
+        "--script",
+        "code/train.py",
+        "--train-args",
+        "",
+        check=True,
+    )
     first = r.stdout.strip().splitlines()[0]
     (code / "helper.py").write_text("X = 'edited'\n")
     (code / "train.py").write_text("print('the edited script ran')\n")
     (shared_workdir / "go").touch()
-    ids = [j["job_id"] for j in sorted((j for j in json.loads(cli("list", "--json", check=True).stdout) if j["name"] == "cap"),
-                                       key=lambda j: j["submit_time"])]
+    ids = [
+        j["job_id"]
+        for j in sorted(
+            (j for j in json.loads(cli("list", "--json", check=True).stdout) if j["name"] == "cap"),
+            key=lambda j: j["submit_time"],
+        )
+    ]
     assert len(ids) == 2 and ids[0] == first
     for job in ids:
         assert cli.wait_state(job, {"done", "failed", "timeout", "cancelled"}, timeout=300) == "done"

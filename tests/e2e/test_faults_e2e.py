@@ -21,7 +21,9 @@ exit 1
 """
 
 
-def test_sbatch_that_creates_the_job_then_times_out_gives_exactly_one_recorded_job(hpc_launch_bin, testbed, shared_workdir):
+def test_sbatch_that_creates_the_job_then_times_out_gives_exactly_one_recorded_job(
+    hpc_launch_bin, testbed, shared_workdir
+):
     flaky = shared_workdir / "flaky-sbatch"
     flaky.write_text(FLAKY_SBATCH)
     flaky.chmod(0o755)
@@ -35,7 +37,12 @@ def test_sbatch_that_creates_the_job_then_times_out_gives_exactly_one_recorded_j
     script = json.loads(cli("list", "--json", check=True).stdout)[0]
     assert script["job_id"] == job_id
     rel = script["script_path"].split(str(shared_workdir) + "/", 1)[1]
-    mine = [line for line in subprocess.run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%o"], capture_output=True,
-                                            text=True, check=True).stdout.splitlines() if line.endswith(rel)]
+    mine = [
+        line
+        for line in subprocess.run(
+            ["squeue", "--me", "-h", "-t", "all", "-o", "%i|%o"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if line.endswith(rel)
+    ]
     assert mine == [f"{job_id}|{rel}"], mine  # exactly one job, and it is the recorded one
     assert cli.wait_state(job_id, {"done"}, timeout=120) == "done"

@@ -42,11 +42,15 @@ def pods(hpc_launch_bin, testbed, shared_workdir, tmp_path) -> CLI:
     """The hpc-launch CLI with a user override of `pods` for the testbed (as docs/sites/pods.md says)."""
     over = tmp_path / "clusters"
     over.mkdir()
-    ssh = (f"-F {testbed['HPC_TESTBED_SSH_CONFIG']} -i {testbed['HPC_TESTBED_KEY']} -o IdentitiesOnly=yes "
-           f"-o UserKnownHostsFile={testbed['HPC_TESTBED_KNOWN_HOSTS']} -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5")
+    ssh = (
+        f"-F {testbed['HPC_TESTBED_SSH_CONFIG']} -i {testbed['HPC_TESTBED_KEY']} -o IdentitiesOnly=yes "
+        f"-o UserKnownHostsFile={testbed['HPC_TESTBED_KNOWN_HOSTS']} -o "
+        "StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5"
+    )
     (over / "pods.yaml").write_text(
         "node: {gpus: 1, cpus: 2}\npython: {venv: auto}\nenv: {OMP_NUM_THREADS: '1'}\nnet_if: eth0\n"
-        f"launch: {{launcher: deepspeed-pdsh, ssh_port: 22, pdsh_ssh_args: '{ssh}'}}\n")
+        f"launch: {{launcher: deepspeed-pdsh, ssh_port: 22, pdsh_ssh_args: '{ssh}'}}\n"
+    )
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     cli.env["HPC_LAUNCH_CLUSTERS_DIR"] = str(over)
     return cli
@@ -55,8 +59,19 @@ def pods(hpc_launch_bin, testbed, shared_workdir, tmp_path) -> CLI:
 def _submit(cli: CLI, *args, follow=True, timeout=400):
     ext = os.environ.get("TORCH_EXTENSIONS_DIR")  # the suite's op cache: reaches the pods only with -e
     extra = ["-e", f"TORCH_EXTENSIONS_DIR={ext}"] if ext else []
-    return cli("submit", "--cluster", "pods", "--login", "pod1", "--workdir", str(cli.workdir), *extra, *args,
-               *(["--follow", "--all"] if follow else []), timeout=timeout)
+    return cli(
+        "submit",
+        "--cluster",
+        "pods",
+        "--login",
+        "pod1",
+        "--workdir",
+        str(cli.workdir),
+        *extra,
+        *args,
+        *(["--follow", "--all"] if follow else []),
+        timeout=timeout,
+    )
 
 
 def _log(cli: CLI, job_id: str) -> str:
@@ -84,8 +99,22 @@ def test_two_pods_zero2_with_hosts_trains_on_both(pods):
 def test_two_pods_zero3_with_gathered_hosts(pods, testbed):
     port = 29400 + os.getpid() % 500
     # pod2 announces itself before the job listens (workers often start first): it keeps trying
-    worker = subprocess.Popen(["ssh", "-F", testbed["HPC_TESTBED_SSH_CONFIG"], "pod2", pods.bin, "announce", f"10.200.0.11:{port}", "--timeout", "120"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = subprocess.Popen(
+        [
+            "ssh",
+            "-F",
+            testbed["HPC_TESTBED_SSH_CONFIG"],
+            "pod2",
+            pods.bin,
+            "announce",
+            f"10.200.0.11:{port}",
+            "--timeout",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         r = _submit(pods, "--hosts", "pod1,pod2", "--gather", str(port), "--train-args", f"{TRAIN} --zero 3")
     finally:
@@ -95,15 +124,23 @@ def test_two_pods_zero3_with_gathered_hosts(pods, testbed):
     log = _log(pods, _job_id(r))
     assert "[hpc-launch] gather: pod2 is at 10.200.0.12 (1/1)" in log
     assert re.search(r"^10\.200\.0\.11 slots=1\n10\.200\.0\.12 slots=1$", log, re.M), log[:3000]
-    assert re.search(r"\[hpc-train\] node pod1: rank 0 of 2", log) and re.search(r"\[hpc-train\] node pod2: rank 1 of 2", log)
+    assert re.search(r"\[hpc-train\] node pod1: rank 0 of 2", log) and re.search(
+        r"\[hpc-train\] node pod2: rank 1 of 2", log
+    )
     assert "zero=3" in log and re.search(r"step=3 .*world_size=2", log)
 
 
 def test_pod_that_never_announces_is_named(pods):
     t0 = time.monotonic()
-    r = _submit(pods, "--hosts", "pod1,pod3", "--gather", str(29900 + os.getpid() % 90), "-e", "HPC_LAUNCH_GATHER_TIMEOUT=3")
+    r = _submit(
+        pods, "--hosts", "pod1,pod3", "--gather", str(29900 + os.getpid() % 90), "-e", "HPC_LAUNCH_GATHER_TIMEOUT=3"
+    )
     assert r.returncode == 3, (r.stdout[-2000:], r.stderr[-2000:])
-    assert re.search(r"\[hpc-launch\] error: pod3 did not announce within 3 s on port \d+ \(reported: none\); run `hpc-launch announce 10\.200\.0\.11:\d+`", r.stdout), r.stdout[-2000:]
+    assert re.search(
+        r"\[hpc-launch\] error: pod3 did not announce within 3 s on port \d+ "
+        r"\(reported: none\); run `hpc-launch announce 10\.200\.0\.11:\d+`",
+        r.stdout,
+    ), r.stdout[-2000:]
     assert time.monotonic() - t0 < 60
 
 
@@ -128,7 +165,11 @@ def test_unreachable_pod_fails_fast_with_its_name(pods):
     r = _submit(pods, "--hosts", "pod1,10.200.0.99", "--train-args", TRAIN)
     took = time.monotonic() - t0
     assert r.returncode == 3, (r.stdout[-2000:], r.stderr[-2000:])
-    assert re.search(r"\[hpc-launch\] error: 10\.200\.0\.99 did not answer over ssh from pod1 \(port 22\): .*(No route|timed out|refused)", r.stdout), r.stdout[-2000:]
+    assert re.search(
+        r"\[hpc-launch\] error: 10\.200\.0\.99 did not answer over "
+        r"ssh from pod1 \(port 22\): .*(No route|timed out|refused)",
+        r.stdout,
+    ), r.stdout[-2000:]
     assert "deepspeed.launcher" not in r.stdout  # no rank was started
     assert took < 60, took
 

@@ -33,12 +33,15 @@ OTHER = "tbother"
 SGE_ROOT = os.environ.get("SGE_ROOT", "/var/lib/gridengine")
 
 # Runs as the other user (code on argv, the needles on stdin, never on a command line).
-WATCHER = r'''
+# one script, in two raw literals only to keep the source lines short
+WATCHER = (
+    r"""
 import json, os, select, subprocess, sys, threading, time
 cfg = json.loads(sys.stdin.readline())
 needles = [n.encode() for n in cfg["needles"]]
 canary, expect = cfg["canary"].encode(), cfg["expect"]
-hits, seen, stats, lock, stop = [], {}, {"cmdline": 0, "environ_read": 0, "environ_denied": 0, "files_read": 0, "canary": False}, threading.Lock(), threading.Event()
+hits, seen, stats, lock, stop = [], {}, {"cmdline": 0, "environ_read": 0, "environ_denied": """
+    r"""0, "files_read": 0, "canary": False}, threading.Lock(), threading.Event()
 
 def look(where, data):
     for n in needles:
@@ -99,7 +102,8 @@ stop.set()
 for t in threads:
     t.join(30)
 print(json.dumps({"hits": hits, "seen": sorted(seen), **stats}), flush=True)
-'''
+"""
+)
 
 VIEWS = [
     ["squeue", "-a", "-o", "%all"],
@@ -120,9 +124,20 @@ time.sleep(3)  # running long enough to be looked at
 
 class Watcher:
     def __init__(self, needles, canary, expect, dirs):
-        env = {"PATH": "/usr/bin:/bin", "SGE_ROOT": SGE_ROOT, "SGE_CELL": os.environ.get("SGE_CELL", "default"), "HOME": f"/home/{OTHER}"}
-        self.proc = subprocess.Popen([shutil.which("runuser") or "/usr/sbin/runuser", "-u", OTHER, "--", "/usr/bin/python3", "-c", WATCHER],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd="/")
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "SGE_ROOT": SGE_ROOT,
+            "SGE_CELL": os.environ.get("SGE_CELL", "default"),
+            "HOME": f"/home/{OTHER}",
+        }
+        self.proc = subprocess.Popen(
+            [shutil.which("runuser") or "/usr/sbin/runuser", "-u", OTHER, "--", "/usr/bin/python3", "-c", WATCHER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd="/",
+        )
         cfg = {"needles": needles, "canary": canary, "expect": expect, "commands": VIEWS, "dirs": dirs}
         self.proc.stdin.write(json.dumps(cfg) + "\n")
         self.proc.stdin.flush()
@@ -138,7 +153,12 @@ def _scheduler_state_files(cluster: str, job_id: str):
     if cluster.startswith("local"):
         return []
     if cluster.startswith("tb-sge"):
-        return [p for p in glob.glob("/var/spool/gridengine/spooldb/*") + glob.glob("/var/spool/gridengine/qmaster/job_scripts/*") if os.path.isfile(p)]
+        return [
+            p
+            for p in glob.glob("/var/spool/gridengine/spooldb/*")
+            + glob.glob("/var/spool/gridengine/qmaster/job_scripts/*")
+            if os.path.isfile(p)
+        ]
     return glob.glob(f"/var/lib/slurm/slurmctld/hash.*/job.{job_id}/*")
 
 
@@ -149,7 +169,7 @@ def _base64_forms(data: bytes):
     for pad in range(3):
         text = base64.b64encode(b"\0" * pad + data).decode()
         start = (pad * 4 + 2) // 3 + 1
-        forms.append(text[start:start + (len(data) * 4) // 3 - 4])
+        forms.append(text[start : start + (len(data) * 4) // 3 - 4])
     return forms
 
 
@@ -168,14 +188,23 @@ CASES = [
 
 
 # local and Grid Engine jobs run on this machine, never on a pod: beside the pods' lane in CI
-PARAMS = [pytest.param(*case, id=f"{case[0]}-{case[1]}node{'-ssh' if case[3] else ''}",
-                       marks=[pytest.mark.beside] if case[0] in ("local", "tb-sge") else [])
-          for case in CASES]
+PARAMS = [
+    pytest.param(
+        *case,
+        id=f"{case[0]}-{case[1]}node{'-ssh' if case[3] else ''}",
+        marks=[pytest.mark.beside] if case[0] in ("local", "tb-sge") else [],
+    )
+    for case in CASES
+]
 
 
 @pytest.mark.parametrize("cluster,nodes,path_key,login_key", PARAMS)
-def test_another_user_never_sees_a_passed_secret(cluster, nodes, path_key, login_key, hpc_launch_bin, testbed, shared_workdir):
-    assert subprocess.run(["id", "-u", OTHER], capture_output=True).returncode == 0, f"no user {OTHER}: run testbed/install.sh"
+def test_another_user_never_sees_a_passed_secret(
+    cluster, nodes, path_key, login_key, hpc_launch_bin, testbed, shared_workdir
+):
+    assert subprocess.run(["id", "-u", OTHER], capture_output=True).returncode == 0, (
+        f"no user {OTHER}: run testbed/install.sh"
+    )
     core = f"hpcsecret{uuid.uuid4().hex}"
     secret = f"{core} with 'quotes', \"$HOME\" and\na newline\n"
     name = f"sec{uuid.uuid4().hex[:8]}"
@@ -189,8 +218,22 @@ def test_another_user_never_sees_a_passed_secret(cluster, nodes, path_key, login
     watcher = Watcher(needles, canary, name, [str(shared_workdir)])
     try:
         subprocess.run(["bash", "-c", "sleep 1; true", canary], check=True)  # a root process it must be able to see
-        job_id = cli.submit("--cluster", cluster, "--nodes", str(nodes), "--name", name, "--script", str(probe), "--train-args", "",
-                            "--pass-env", "MY_API_TOKEN", *where, extra_env={"MY_API_TOKEN": secret})
+        job_id = cli.submit(
+            "--cluster",
+            cluster,
+            "--nodes",
+            str(nodes),
+            "--name",
+            name,
+            "--script",
+            str(probe),
+            "--train-args",
+            "",
+            "--pass-env",
+            "MY_API_TOKEN",
+            *where,
+            extra_env={"MY_API_TOKEN": secret},
+        )
         log = shared_workdir / f"{name}.o{job_id.split('.')[0]}"
         cli.wait_log(log, "token sha256", timeout=300)
         stored = b"".join(Path(p).read_bytes() for p in _scheduler_state_files(cluster, job_id) if os.path.exists(p))
@@ -205,7 +248,9 @@ def test_another_user_never_sees_a_passed_secret(cluster, nodes, path_key, login
     assert all(n.encode() not in stored for n in needles), "the scheduler stored the value"
     # the ranks got the exact value
     hashes = re.findall(r"token sha256 ([0-9a-f]{64})", log.read_text())  # ranks' lines may interleave
-    assert hashes == [hashlib.sha256(secret.encode()).hexdigest()] * nodes * (2 if cluster in ("local", "tb-sge") else 1), hashes
+    assert hashes == [hashlib.sha256(secret.encode()).hexdigest()] * nodes * (
+        2 if cluster in ("local", "tb-sge") else 1
+    ), hashes
     assert not list(shared_workdir.glob(".hpc-launch/*.secrets")), "the job did not delete the secrets file"
     # the watcher really looked: root's command lines, the work dir, the scheduler's view of the job
     assert report["canary"], "the other user could not read root's command lines"

@@ -28,7 +28,7 @@ def _profile(tmp_path: Path, name: str, unset) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nextends: tb-pbs-torchrun\ntitle: testbed PBS, Miyabi's launch line with nv-hpcx's env list\n"
-        "modules: {init: \"export OMPI_MCA_mca_base_env_list=HPC_LAUNCH_ENV_LIST_PROBE\"}\n"
+        'modules: {init: "export OMPI_MCA_mca_base_env_list=HPC_LAUNCH_ENV_LIST_PROBE"}\n'
         f"launch: {{unset_env: {json.dumps(list(unset))}}}\n"
     )
     return path
@@ -54,4 +54,6 @@ def test_miyabi_launch_line_runs_with_nv_hpcx_env_list_set(hpc_launch_bin, testb
     assert re.search(r"\[hpc-train\] step=4 .*world_size=2", r.stdout), r.stdout[-3000:]
     script = next(shared_workdir.glob(".hpc-launch/unset-*.sh")).read_text()
     lines = script.splitlines()
-    assert lines.index("unset OMPI_MCA_mca_base_env_list") < next(i for i, line in enumerate(lines) if line.startswith("mpirun "))
+    assert lines.index("unset OMPI_MCA_mca_base_env_list") < next(
+        i for i, line in enumerate(lines) if line.startswith("mpirun ")
+    )

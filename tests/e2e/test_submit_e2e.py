@@ -44,8 +44,15 @@ def _follow(cli, job_id):
 @pytest.mark.beside
 def test_local_submit_follow_done(hpc_launch_bin, tmp_path):
     cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
-    r = cli("submit", "--cluster", "local", "--follow", "--train-args",
-            "--model smallcnn --data synthetic --steps 4 --micro-batch 8 --log-every 1 --no-eval", timeout=400)
+    r = cli(
+        "submit",
+        "--cluster",
+        "local",
+        "--follow",
+        "--train-args",
+        "--model smallcnn --data synthetic --steps 4 --micro-batch 8 --log-every 1 --no-eval",
+        timeout=400,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     job_id = r.stdout.splitlines()[0].strip()
     assert job_id.isdigit()
@@ -94,14 +101,25 @@ def test_slurm_two_nodes_submit_follow_done(hpc_launch_bin, testbed, shared_work
     assert hostfile == "pod1 slots=1\npod2 slots=1\n" or hostfile.count("slots=1") == 2
 
 
-
 def test_slurm_rendered_generic_profile_passes_sbatch_test_only(hpc_launch_bin, testbed, shared_workdir):
     # the pods have 2 CPUs: say so, as a user says how many CPUs their nodes have (--cpus-per-task)
     config = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "clusters"
     config.mkdir(parents=True, exist_ok=True)
     (config / "slurm.yaml").write_text("node: {cpus: 2}\n")
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
-    r = cli("submit", "--cluster", "slurm", "--nodes", "2", "--gpus-per-node", "0", "--login", "local", "--dry-run", check=True)
+    r = cli(
+        "submit",
+        "--cluster",
+        "slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "0",
+        "--login",
+        "local",
+        "--dry-run",
+        check=True,
+    )
     assert "#SBATCH --cpus-per-task=2\n" in r.stdout
     script = shared_workdir / "generic.sh"
     script.write_text(r.stdout)
@@ -127,14 +145,14 @@ def test_pbs_two_nodes_pdsh_submit_follow_done(hpc_launch_bin, testbed, shared_w
     assert "pod1 slots=1" in log and "pod2 slots=1" in log  # hostfile from $PBS_NODEFILE
 
 
-
 def test_flaky_qsub_is_retried_without_a_duplicate_job(hpc_launch_bin, testbed, shared_workdir):
     flaky = shared_workdir / "flaky-qsub"
     marker = shared_workdir / "failed-once"
     flaky.write_text(
         "#!/bin/bash\n"
-        f"if [ ! -e {marker} ]; then touch {marker}; echo 'qsub: cannot connect to server pbs1 (errno=15010)' >&2; exit 1; fi\n"
-        f"exec {testbed['HPC_TESTBED_PBS_BIN']}/qsub \"$@\"\n"
+        f"if [ ! -e {marker} ]; then touch {marker}; echo 'qsub: cannot "
+        "connect to server pbs1 (errno=15010)' >&2; exit 1; fi\n"
+        f'exec {testbed["HPC_TESTBED_PBS_BIN"]}/qsub "$@"\n'
     )
     flaky.chmod(0o755)
     profile = shared_workdir / "flaky.yaml"
@@ -159,14 +177,17 @@ def test_gridengine_submit_follow_done(hpc_launch_bin, testbed, shared_workdir):
     _check_done(cli, job_id, shared_workdir)
 
 
-
 # ---- cancel a running job on each scheduler -----------------------------------------------
 
 
-@pytest.mark.parametrize("cluster,bin_key", [
-    ("tb-slurm", "HPC_TESTBED_PBS_BIN"), ("tb-pbs", "HPC_TESTBED_PBS_BIN"),
-    pytest.param("tb-sge", "HPC_TESTBED_SGE_BIN", marks=pytest.mark.beside),
-])
+@pytest.mark.parametrize(
+    "cluster,bin_key",
+    [
+        ("tb-slurm", "HPC_TESTBED_PBS_BIN"),
+        ("tb-pbs", "HPC_TESTBED_PBS_BIN"),
+        pytest.param("tb-sge", "HPC_TESTBED_SGE_BIN", marks=pytest.mark.beside),
+    ],
+)
 def test_cancel_running_job(cluster, bin_key, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[bin_key])
     job_id = cli.submit("--cluster", cluster, "--nodes", "1", *LONG)
@@ -191,7 +212,9 @@ def test_ssh_login_submit_follow_cancel(hpc_launch_bin, testbed, shared_workdir)
     _follow(cli, job_id)
     _check_done(cli, job_id, shared_workdir)
     # cancel over ssh too
-    long_id = cli.submit("--cluster", "tb-pbs", "--nodes", "1", "--login", login, "--workdir", str(shared_workdir), *LONG)
+    long_id = cli.submit(
+        "--cluster", "tb-pbs", "--nodes", "1", "--login", login, "--workdir", str(shared_workdir), *LONG
+    )
     cli.wait_log(shared_workdir / f"train.o{long_id}", "[hpc-train] step=2", timeout=300)
     assert cli("cancel", long_id).returncode == 0
     assert cli.wait_state(long_id, {"cancelled"}, timeout=60) == "cancelled"
@@ -208,8 +231,18 @@ def test_ssh_host_key_mismatch_is_refused_and_nothing_submitted(hpc_launch_bin, 
     (tmp_path / "known_hosts").write_text("\n".join(forged) + "\n")
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
-    r = cli("submit", "--cluster", "tb-pbs", "--nodes", "1", "--login", testbed["HPC_TESTBED_LOGIN_HOST"], "--workdir", str(shared_workdir),
-            extra_env={"HPC_LAUNCH_KNOWN_HOSTS": str(tmp_path / "known_hosts")})
+    r = cli(
+        "submit",
+        "--cluster",
+        "tb-pbs",
+        "--nodes",
+        "1",
+        "--login",
+        testbed["HPC_TESTBED_LOGIN_HOST"],
+        "--workdir",
+        str(shared_workdir),
+        extra_env={"HPC_LAUNCH_KNOWN_HOSTS": str(tmp_path / "known_hosts")},
+    )
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1 and "CHANGED" in r.stderr
     after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
@@ -220,12 +253,15 @@ def test_ssh_host_key_mismatch_is_refused_and_nothing_submitted(hpc_launch_bin, 
 # ---- every launch route the profiles use, across two pods ------------------------------------
 
 
-@pytest.mark.parametrize("cluster,route", [
-    ("tb-pbs-mpi", "mpirun (ABCI 3.0): ranks from OMPI_COMM_WORLD_*"),
-    ("tb-pbs-dsmpi", "deepspeed --launcher openmpi (ABCI 2.0 tutorial)"),
-    ("tb-pbs-torchrun", "mpirun + torchrun per node (Miyabi)"),
-    ("tb-slurm-torchrun", "srun + torchrun per node, static rendezvous"),
-])
+@pytest.mark.parametrize(
+    "cluster,route",
+    [
+        ("tb-pbs-mpi", "mpirun (ABCI 3.0): ranks from OMPI_COMM_WORLD_*"),
+        ("tb-pbs-dsmpi", "deepspeed --launcher openmpi (ABCI 2.0 tutorial)"),
+        ("tb-pbs-torchrun", "mpirun + torchrun per node (Miyabi)"),
+        ("tb-slurm-torchrun", "srun + torchrun per node, static rendezvous"),
+    ],
+)
 def test_launch_route_trains_across_two_pods(cluster, route, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
     job_id = cli.submit("--cluster", cluster, "--nodes", "2")
@@ -242,10 +278,23 @@ def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_
     secret = f"s3cr3t-{os.getpid()}-{cluster}"
     probe = shared_workdir / "probe.py"
     # one write per line: two ranks print at once
-    probe.write_text("import hashlib, os, sys\nv = os.environ.get('MY_API_TOKEN', '')\n"
-                     "sys.stdout.write(f'token sha256 {hashlib.sha256(v.encode()).hexdigest()}\\n'); sys.stdout.flush()\n")
-    job_id = cli.submit("--cluster", cluster, "--nodes", "1", "--script", str(probe), "--train-args", "",
-                        "--pass-env", "MY_API_TOKEN", extra_env={"MY_API_TOKEN": secret})
+    probe.write_text(
+        "import hashlib, os, sys\nv = os.environ.get('MY_API_TOKEN', '')\n"
+        "sys.stdout.write(f'token sha256 {hashlib.sha256(v.encode()).hexdigest()}\\n'); sys.stdout.flush()\n"
+    )
+    job_id = cli.submit(
+        "--cluster",
+        cluster,
+        "--nodes",
+        "1",
+        "--script",
+        str(probe),
+        "--train-args",
+        "",
+        "--pass-env",
+        "MY_API_TOKEN",
+        extra_env={"MY_API_TOKEN": secret},
+    )
     r = cli("logs", "-f", job_id, timeout=300)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     import hashlib

@@ -17,7 +17,9 @@ from e2e_support import make_cli
 pytestmark = [pytest.mark.scheduler, pytest.mark.sweep]
 
 STEPS = 6
-TRAIN = f"--model smallcnn --data synthetic --steps {STEPS} --micro-batch 8 --log-every 2 --no-eval --synthetic-samples 256"
+TRAIN = (
+    f"--model smallcnn --data synthetic --steps {STEPS} --micro-batch 8 --log-every 2 --no-eval --synthetic-samples 256"
+)
 GRID = "zero: [0, 1, 2, 3]\noffload: none\npoints:\n  - {zero: 3, offload: optimizer}\n"
 STEP = re.compile(r"^\[hpc-train\] (step=.*)$", re.M)
 
@@ -26,9 +28,14 @@ def _from_log(text: str) -> dict:
     """What the log's own lines say, read here with plain regexes (not the code under test)."""
     lines = [dict(kv.split("=") for kv in m.group(1).split()) for m in STEP.finditer(text)]
     finished = re.findall(r"^training finished: steps=(\d+) wall_s=([\d.]+)", text, re.M)
-    started = re.search(r"^training \S+ on \S+: world=(\d+) .*zero=(\d) offload=(\S+) precision=(\S+) micro=(\d+)", text, re.M)
+    started = re.search(
+        r"^training \S+ on \S+: world=(\d+) .*zero=(\d) offload=(\S+) precision=(\S+) micro=(\d+)", text, re.M
+    )
     return {
-        "configuration": f"zero={started.group(2)} offload={started.group(3)} precision={started.group(4)} micro_batch={started.group(5)}",
+        "configuration": (
+            f"zero={started.group(2)} offload={started.group(3)} precision={started.group(4)} "
+            f"micro_batch={started.group(5)}"
+        ),
         "ranks": int(started.group(1)),
         "samples_per_sec": float(lines[-1]["avg_samples_per_sec"]),
         "peak_mem_gb_per_gpu": max(float(line["mem_peak_gb"]) for line in lines),
@@ -39,13 +46,29 @@ def _from_log(text: str) -> dict:
     }
 
 
-def test_a_zero_sweep_on_slurm_is_one_array_and_its_report_matches_the_logs(hpc_launch_bin, testbed, shared_workdir: Path):
+def test_a_zero_sweep_on_slurm_is_one_array_and_its_report_matches_the_logs(
+    hpc_launch_bin, testbed, shared_workdir: Path
+):
     from PIL import Image
 
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     (shared_workdir / "grid.yaml").write_text(GRID)
-    r = cli("sweep", "--cluster", "tb-slurm", "--grid", "grid.yaml", "--walltime", "5m", "--name", "zs", "--out", "rep",
-            "--train-args", TRAIN, timeout=600)
+    r = cli(
+        "sweep",
+        "--cluster",
+        "tb-slurm",
+        "--grid",
+        "grid.yaml",
+        "--walltime",
+        "5m",
+        "--name",
+        "zs",
+        "--out",
+        "rep",
+        "--train-args",
+        TRAIN,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     sweep_id = r.stdout.strip().splitlines()[0]
     jobs = json.loads(cli("status", sweep_id, "--json", check=True).stdout)
@@ -57,9 +80,12 @@ def test_a_zero_sweep_on_slurm_is_one_array_and_its_report_matches_the_logs(hpc_
 
     logs = {j["job_id"]: _from_log(Path(j["log_path"]).read_text()) for j in jobs}
     assert [v["configuration"] for v in logs.values()] == [
-        "zero=0 offload=none precision=fp32 micro_batch=8", "zero=1 offload=none precision=fp32 micro_batch=8",
-        "zero=2 offload=none precision=fp32 micro_batch=8", "zero=3 offload=none precision=fp32 micro_batch=8",
-        "zero=3 offload=optimizer precision=fp32 micro_batch=8"]
+        "zero=0 offload=none precision=fp32 micro_batch=8",
+        "zero=1 offload=none precision=fp32 micro_batch=8",
+        "zero=2 offload=none precision=fp32 micro_batch=8",
+        "zero=3 offload=none precision=fp32 micro_batch=8",
+        "zero=3 offload=optimizer precision=fp32 micro_batch=8",
+    ]
     rep = shared_workdir / "rep"
     rows = list(csv.DictReader((rep / "report.csv").open()))
     assert [row["job_id"] for row in rows] == list(logs)
@@ -67,11 +93,17 @@ def test_a_zero_sweep_on_slurm_is_one_array_and_its_report_matches_the_logs(hpc_
     for row in rows:
         want = logs[row["job_id"]]
         assert row["configuration"] == want["configuration"] and row["state"] == "done" and row["cause"] == ""
-        assert int(row["nodes"]) == 1 and int(row["ranks"]) == want["ranks"] == 1 and int(row["steps"]) == want["steps"] == STEPS
+        assert (
+            int(row["nodes"]) == 1
+            and int(row["ranks"]) == want["ranks"] == 1
+            and int(row["steps"]) == want["steps"] == STEPS
+        )
         for key in ("samples_per_sec", "peak_mem_gb_per_gpu", "final_loss", "step_time_s"):
             assert float(row[key]) == pytest.approx(want[key], rel=1e-9), (row["job_id"], key)
-        line = (f"| {want['configuration']} | 1 | 1 | {want['samples_per_sec']:.1f} | {want['peak_mem_gb_per_gpu']:.3f} | "
-                f"{want['step_time_s']:.3f} | {want['final_loss']:.4f} | {STEPS} | done |  | {row['job_id']} |")
+        line = (
+            f"| {want['configuration']} | 1 | 1 | {want['samples_per_sec']:.1f} | {want['peak_mem_gb_per_gpu']:.3f} | "
+            f"{want['step_time_s']:.3f} | {want['final_loss']:.4f} | {STEPS} | done |  | {row['job_id']} |"
+        )
         assert line in md, line
     for png, key in (("throughput.png", "samples_per_sec"), ("memory.png", "peak_mem_gb_per_gpu")):
         plotted = json.loads(Image.open(rep / png).text["Description"])["values"]

@@ -47,8 +47,15 @@ def _require_testbed():
     assert _testbed_up(), f"the testbed is not up ({TB_DIR}): run testbed/install.sh && testbed/up.sh"
 
 
-def run(cmd: list[str], *, path_first: str | None = None, cwd: Path | None = None, timeout: float = 30,
-        check: bool = True, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str],
+    *,
+    path_first: str | None = None,
+    cwd: Path | None = None,
+    timeout: float = 30,
+    check: bool = True,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(SGE_ENV)
     if path_first:
@@ -84,6 +91,7 @@ def wait_slurm_done(job_id: str) -> str:
 def file_with_text(path: Path, last: str = ""):
     """The file's text once it has some (and, with `last`, once a complete line starting with it
     is there): a job's output lands line by line, and under load the probe can fall in between."""
+
     def probe():
         if not (path.is_file() and path.stat().st_size > 0):
             return False
@@ -91,6 +99,7 @@ def file_with_text(path: Path, last: str = ""):
         if last and not re.search(rf"(?m)^{re.escape(last)}.*\n", text):
             return False
         return text
+
     return probe
 
 
@@ -112,8 +121,10 @@ def test_slurm_nodes_are_the_pods():
 
 def test_slurm_two_node_job_runs_on_two_pods(workdir: Path):
     script = workdir / "two.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH -J smoke2\n#SBATCH -N 2\n#SBATCH -t 1\n#SBATCH -o two-%j.out\n"
-                      "srun -l hostname\necho BATCH_HOST=$(hostname)\n")
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -J smoke2\n#SBATCH -N 2\n#SBATCH -t 1\n#SBATCH -o two-%j.out\n"
+        "srun -l hostname\necho BATCH_HOST=$(hostname)\n"
+    )
     job_id = run(["sbatch", "--parsable", str(script)], cwd=workdir).stdout.strip()
     assert re.fullmatch(r"\d+", job_id), job_id
     assert wait_slurm_done(job_id) == "COMPLETED"
@@ -129,7 +140,9 @@ def test_slurm_enforces_partition_limits(workdir: Path):
 
 
 def test_sacct_sees_finished_jobs(workdir: Path):
-    assert "accounting_storage/slurmdbd" in run(["scontrol", "show", "config"]).stdout, "testbed started with HPC_TESTBED_ACCT=0"
+    assert "accounting_storage/slurmdbd" in run(["scontrol", "show", "config"]).stdout, (
+        "testbed started with HPC_TESTBED_ACCT=0"
+    )
     job_id = run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3"], cwd=workdir).stdout.strip()
     assert wait_slurm_done(job_id) == "FAILED"
 
@@ -145,9 +158,11 @@ def test_pbs_wrapper_qsub_gives_pbs_environment(workdir: Path):
     qsub = run(["sh", "-c", "command -v qsub"], path_first=PBS_BIN).stdout.strip()
     assert qsub == f"{PBS_BIN}/qsub" and Path(qsub).read_text().startswith("#! /usr/bin/perl")
     script = workdir / "x.pbs"
-    script.write_text("#!/bin/bash\n#PBS -l nodes=2:ppn=1\n#PBS -l walltime=00:01:00\n"
-                      'echo "PBS_JOBID=$PBS_JOBID PBS_JOBNAME=$PBS_JOBNAME PBS_O_WORKDIR=$PBS_O_WORKDIR"\n'
-                      'echo "NODEFILE=$(sort -u $PBS_NODEFILE | paste -sd,)"\n')
+    script.write_text(
+        "#!/bin/bash\n#PBS -l nodes=2:ppn=1\n#PBS -l walltime=00:01:00\n"
+        'echo "PBS_JOBID=$PBS_JOBID PBS_JOBNAME=$PBS_JOBNAME PBS_O_WORKDIR=$PBS_O_WORKDIR"\n'
+        'echo "NODEFILE=$(sort -u $PBS_NODEFILE | paste -sd,)"\n'
+    )
     cp = run(["qsub", "-N", "x", "-j", "oe", str(script)], path_first=PBS_BIN, cwd=workdir)
     job_id = cp.stdout.strip()
     assert re.fullmatch(r"\d+", job_id), cp.stdout  # bare id: Slurm's wrapper has no ".server" suffix
@@ -164,8 +179,10 @@ def test_gridengine_qsub_runs_job(workdir: Path):
     qsub = run(["sh", "-c", "command -v qsub"], path_first=SGE_BIN).stdout.strip()
     assert qsub == f"{SGE_BIN}/qsub" and "gridengine" in os.path.realpath(qsub)
     script = workdir / "g.sge"
-    script.write_text("#!/bin/bash\n#$ -N gsmoke\n#$ -cwd\n#$ -j y\n#$ -l h_rt=00:01:00\n"
-                      'echo "JOB_ID=$JOB_ID JOB_NAME=$JOB_NAME NSLOTS=$NSLOTS"\n')
+    script.write_text(
+        "#!/bin/bash\n#$ -N gsmoke\n#$ -cwd\n#$ -j y\n#$ -l h_rt=00:01:00\n"
+        'echo "JOB_ID=$JOB_ID JOB_NAME=$JOB_NAME NSLOTS=$NSLOTS"\n'
+    )
     out = run(["qsub", str(script)], path_first=SGE_BIN, cwd=workdir).stdout
     m = re.fullmatch(r'Your job (\d+) \("gsmoke"\) has been submitted\n', out)
     assert m, out
@@ -195,11 +212,22 @@ def test_pdsh_across_pods():
 
 
 def test_ssh_login_host_verifies_host_key(tmp_path: Path):
-    out = run(["ssh", "-F", str(SSH_CONFIG), LOGIN,
-               "command -v qsub; for c in sbatch squeue scancel; do readlink -f $(command -v $c); done; echo $SGE_ROOT"]
-              ).stdout
-    assert out.split() == [f"{PBS_BIN}/qsub", "/usr/bin/sbatch", "/usr/bin/squeue", "/usr/bin/scancel",
-                           SGE_ENV["SGE_ROOT"]], out
+    out = run(
+        [
+            "ssh",
+            "-F",
+            str(SSH_CONFIG),
+            LOGIN,
+            "command -v qsub; for c in sbatch squeue scancel; do readlink -f $(command -v $c); done; echo $SGE_ROOT",
+        ]
+    ).stdout
+    assert out.split() == [
+        f"{PBS_BIN}/qsub",
+        "/usr/bin/sbatch",
+        "/usr/bin/squeue",
+        "/usr/bin/scancel",
+        SGE_ENV["SGE_ROOT"],
+    ], out
     out = run(["ssh", "-F", str(SSH_CONFIG), LOGIN_SGE, "command -v qsub qacct; qstat -f | head -1"]).stdout
     assert out.split()[:2] == [f"{SGE_BIN}/qsub", f"{SGE_BIN}/qacct"], out
     out = run(["ssh", "-F", str(SSH_CONFIG), PODS[1], "hostname; echo $SSH_CONNECTION"]).stdout.split()
@@ -210,9 +238,14 @@ def test_ssh_login_host_verifies_host_key(tmp_path: Path):
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)])
     pub = " ".join(wrong_key.with_suffix(".pub").read_text().split()[:2])
     bad_kh = tmp_path / "known_hosts"
-    bad_kh.write_text("\n".join(
-        f"{name} {pub}" if not name.startswith("pod") else line
-        for line in KNOWN_HOSTS.read_text().splitlines() for name in [line.split()[0]]) + "\n")
+    bad_kh.write_text(
+        "\n".join(
+            f"{name} {pub}" if not name.startswith("pod") else line
+            for line in KNOWN_HOSTS.read_text().splitlines()
+            for name in [line.split()[0]]
+        )
+        + "\n"
+    )
     cp = run(["ssh", "-F", str(SSH_CONFIG), "-o", f"UserKnownHostsFile={bad_kh}", LOGIN, "true"], check=False)
     assert cp.returncode == 255 and "REMOTE HOST IDENTIFICATION HAS CHANGED" in cp.stderr, cp.stderr
     # and an unknown host key is refused too (StrictHostKeyChecking yes, no TOFU)
@@ -225,8 +258,28 @@ def test_ssh_login_host_verifies_host_key(tmp_path: Path):
 def test_mpirun_over_ssh_across_pods():
     assert shutil.which("mpirun"), "openmpi-bin missing: testbed/install.sh installs it"
     hosts = ",".join(f"{p}:1" for p in PODS[:2])
-    cp = run(["mpirun", "--allow-run-as-root", "-np", "2", "-H", hosts,
-              "--mca", "plm_rsh_agent", f"ssh -F {SSH_CONFIG}",
-              "--mca", "oob_tcp_if_include", "10.200.0.0/24", "--mca", "btl_tcp_if_include", "10.200.0.0/24",
-              "--mca", "btl", "tcp,self", "hostname"], timeout=60)
+    cp = run(
+        [
+            "mpirun",
+            "--allow-run-as-root",
+            "-np",
+            "2",
+            "-H",
+            hosts,
+            "--mca",
+            "plm_rsh_agent",
+            f"ssh -F {SSH_CONFIG}",
+            "--mca",
+            "oob_tcp_if_include",
+            "10.200.0.0/24",
+            "--mca",
+            "btl_tcp_if_include",
+            "10.200.0.0/24",
+            "--mca",
+            "btl",
+            "tcp,self",
+            "hostname",
+        ],
+        timeout=60,
+    )
     assert sorted(cp.stdout.split()) == sorted(PODS[:2]), cp.stdout

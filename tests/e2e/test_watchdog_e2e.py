@@ -38,12 +38,27 @@ def _pids(log: Path) -> dict:
     return {pod: (int(rank), int(pid)) for pod, rank, pid in found}
 
 
-def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(hpc_launch_bin, testbed, shared_workdir):
+def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(
+    hpc_launch_bin, testbed, shared_workdir
+):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     # factor 2: the bound stays near the 10 s floor even when a loaded machine makes steps slow
-    job = cli.submit("--cluster", "tb-slurm", "--nodes", "3", "--name", "hangs", "--walltime", "10m",
-                     "--env", "HPC_LAUNCH_HANG_S=10", "--env", "HPC_LAUNCH_HANG_FACTOR=2",
-                     "--train-args", TRAIN.format(steps=100000))
+    job = cli.submit(
+        "--cluster",
+        "tb-slurm",
+        "--nodes",
+        "3",
+        "--name",
+        "hangs",
+        "--walltime",
+        "10m",
+        "--env",
+        "HPC_LAUNCH_HANG_S=10",
+        "--env",
+        "HPC_LAUNCH_HANG_FACTOR=2",
+        "--train-args",
+        TRAIN.format(steps=100000),
+    )
     log = shared_workdir / f"hangs.o{job}"
     _wait_for(log, r"^\[hpc-train\] step=20 ", 240)
     rank, pid = _pids(log)["pod2"]
@@ -61,11 +76,15 @@ def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(
         subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
     text = log.read_text()
     assert ended == "failed", text[-3000:]
-    hang = re.search(rf"^\[hpc-launch\] hang: rank {rank} on pod2 stopped: no heartbeat for \d+ s.*\(bound (\d+) s\)", text, re.M)
+    hang = re.search(
+        rf"^\[hpc-launch\] hang: rank {rank} on pod2 stopped: no heartbeat for \d+ s.*\(bound (\d+) s\)", text, re.M
+    )
     assert hang, text[-3000:]
     assert took < int(hang.group(1)) + 40, took  # the bound, the watchdog's look, and Slurm ending the step
     assert len(re.findall(r"^\[hpc-launch\] stacks of rank \d+ on pod[13]", text, re.M)) == 2  # the live ranks' stacks
-    assert re.search(r"distributed_c10d\.py\", line \d+ in (all_\w+|wait|barrier|broadcast)", text)  # where the live ranks waited
+    assert re.search(
+        r"distributed_c10d\.py\", line \d+ in (all_\w+|wait|barrier|broadcast)", text
+    )  # where the live ranks waited
     rec = JobStore().get(job, "tb-slurm")
     assert rec.exit_code == 124 and "watchdog" in rec.comment, (rec.exit_code, rec.comment)  # not srun's 143
     doctor = cli("doctor", job, "--cluster", "tb-slurm")
@@ -76,9 +95,22 @@ def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(
 
 def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
-    job = cli.submit("--cluster", "tb-slurm", "--nodes", "3", "--name", "slowpod", "--walltime", "10m",
-                     "--env", "HPC_LAUNCH_HANG_S=60", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
-                     "--train-args", TRAIN.format(steps=800))
+    job = cli.submit(
+        "--cluster",
+        "tb-slurm",
+        "--nodes",
+        "3",
+        "--name",
+        "slowpod",
+        "--walltime",
+        "10m",
+        "--env",
+        "HPC_LAUNCH_HANG_S=60",
+        "--env",
+        "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
+        "--train-args",
+        TRAIN.format(steps=800),
+    )
     log = shared_workdir / f"slowpod.o{job}"
     _wait_for(log, r"^\[hpc-train\] step=30 ", 240)
     pids = _pids(log)
@@ -87,18 +119,26 @@ def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hp
     # that waits in all-reduces half the time is favoured on waking: an equal hog took nothing from
     # it (measured: 3 hogs, same work per step). A hog in its own session at nice -10, like a busy
     # system daemon, takes ~90% of the CPU while it runs, and pod2's forward takes ~4x longer.
-    hog = subprocess.Popen(["taskset", "-c", "1", "nice", "-n", "-10", "sh", "-c", "while :; do :; done"], start_new_session=True)
+    hog = subprocess.Popen(
+        ["taskset", "-c", "1", "nice", "-n", "-10", "sh", "-c", "while :; do :; done"], start_new_session=True
+    )
     autogroup = Path(f"/proc/{hog.pid}/autogroup")
     if autogroup.exists():
         autogroup.write_text("-10")
     try:
         for pod, (_, pid) in pids.items():
-            subprocess.run(["taskset", "-apc", "1" if pod == "pod2" else "0", str(pid)], check=True, capture_output=True)
+            subprocess.run(
+                ["taskset", "-apc", "1" if pod == "pod2" else "0", str(pid)], check=True, capture_output=True
+            )
         m = _wait_for(log, r"^\[hpc-launch\] straggler: rank (\d+) on (pod\d) is ([\d.]+)x slower", 150)
     finally:
         hog.send_signal(signal.SIGKILL)
         hog.wait()
     assert m.group(2) == "pod2" and int(m.group(1)) == pids["pod2"][0] and float(m.group(3)) >= 1.4
-    assert cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=600) == "done", log.read_text()[-3000:]
+    assert cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=600) == "done", log.read_text()[
+        -3000:
+    ]
     summary = cli("logs", job, "--summary", check=True)
-    assert re.search(r"hosts     straggler: pod2 \(rank \d+, [\d.]+x slower", summary.stdout + summary.stderr), summary.stdout
+    assert re.search(r"hosts     straggler: pod2 \(rank \d+, [\d.]+x slower", summary.stdout + summary.stderr), (
+        summary.stdout
+    )

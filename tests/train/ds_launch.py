@@ -66,23 +66,30 @@ def parse_run(rc: int, out: str, cmd=()) -> Run:
 
 
 def deepspeed_cmd(args, nprocs=2):
-    return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", str(free_port()),
-            "--module", "train", *args]
+    return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", str(free_port()), "--module", "train", *args]
 
 
 def launch(args, cwd, nprocs=2, timeout=300) -> Run:
     """`deepspeed --num_gpus N --module train ARGS`, as the `local` cluster runs it."""
     cmd = deepspeed_cmd(args, nprocs)
-    proc = subprocess.run(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
     return parse_run(proc.returncode, proc.stdout, cmd)
 
 
 def launch_and_kill(args, cwd, kill_after_step: int, timeout=300) -> Run:
     """Start a run and SIGKILL the whole job (launcher and ranks) once it logs `kill_after_step`."""
     cmd = deepspeed_cmd(args)
-    proc = subprocess.Popen(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines = []
     try:
         for line in proc.stdout:
@@ -106,7 +113,12 @@ def shm_segments(run: Run) -> list:
 
 
 def run_python(args, cwd, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout)
-
-
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+    )

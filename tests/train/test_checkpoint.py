@@ -25,8 +25,9 @@ def test_latest_naming_a_half_written_tag_is_skipped(tmp_path):
     make_tag(tmp_path, 10)
     make_tag(tmp_path, 20)
     # Killed while rank 1 was still writing step 30: DeepSpeed's rank 0 already wrote `latest`.
-    make_tag(tmp_path, 30, complete=False, files=("mp_rank_00_model_states.pt",
-                                                  "zero_pp_rank_0_mp_rank_00_optim_states.pt"))
+    make_tag(
+        tmp_path, 30, complete=False, files=("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    )
     (tmp_path / "latest").write_text("global_step30")
     assert checkpoint.find_resume(str(tmp_path)) == (str(tmp_path), "global_step20")
 

@@ -9,20 +9,40 @@ from train.errors import TrainError
 pytestmark = pytest.mark.train
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_SIZE": "4"}, (3, 8, 1, 4, "torch")),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "OMPI_COMM_WORLD_RANK": "1"}, (0, 2, 0, None, "torch")),
-    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-      "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, (5, 8, 1, 4, "openmpi")),
-    ({"PMI_RANK": "6", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "2", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"},
-     (6, 8, 2, None, "pmi")),
-    ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, (1, 2, 1, None, "pmi")),
-    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0",
-      "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}, (3, 4, 1, 2, "slurm")),
-    # The batch step of an sbatch job is not a rank (no SLURM_STEP_ID): world of 1.
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"}, (0, 1, 0, 1, "single")),
-    ({}, (0, 1, 0, 1, "single")),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_SIZE": "4"}, (3, 8, 1, 4, "torch")),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "OMPI_COMM_WORLD_RANK": "1"}, (0, 2, 0, None, "torch")),
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "5",
+                "OMPI_COMM_WORLD_SIZE": "8",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+            },
+            (5, 8, 1, 4, "openmpi"),
+        ),
+        (
+            {"PMI_RANK": "6", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "2", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"},
+            (6, 8, 2, None, "pmi"),
+        ),
+        ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, (1, 2, 1, None, "pmi")),
+        (
+            {
+                "SLURM_PROCID": "3",
+                "SLURM_NTASKS": "4",
+                "SLURM_LOCALID": "1",
+                "SLURM_STEP_ID": "0",
+                "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+            },
+            (3, 4, 1, 2, "slurm"),
+        ),
+        # The batch step of an sbatch job is not a rank (no SLURM_STEP_ID): world of 1.
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"}, (0, 1, 0, 1, "single")),
+        ({}, (0, 1, 0, 1, "single")),
+    ],
+)
 def test_discover(env, expected):
     info = dist.discover(env)
     assert (info.rank, info.world_size, info.local_rank, info.local_size, info.source) == expected
@@ -31,8 +51,14 @@ def test_discover(env, expected):
 def test_export_env_keeps_what_the_job_script_set():
     env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234", "GLOO_SOCKET_IFNAME": "eth0"}
     dist.export_env(dist.RankInfo(1, 8, 1, 4, "openmpi"), env)
-    assert env == {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234", "GLOO_SOCKET_IFNAME": "eth0",
-                   "RANK": "1", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    assert env == {
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "1234",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "RANK": "1",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+    }
 
 
 def test_export_env_defaults_for_single_node_and_refuses_multi_node_without_master():

@@ -40,8 +40,12 @@ def test_tutorial_batch_on_abci_resolves():
 
 
 @settings(deadline=None, max_examples=20)
-@given(zero=st.sampled_from([0, 1, 2, 3]), precision=st.sampled_from(["fp32", "bf16", "fp16"]),
-       offload=st.sampled_from(["none", "optimizer", "optimizer+params"]), world=st.sampled_from([1, 2, 36]))
+@given(
+    zero=st.sampled_from([0, 1, 2, 3]),
+    precision=st.sampled_from(["fp32", "bf16", "fp16"]),
+    offload=st.sampled_from(["none", "optimizer", "optimizer+params"]),
+    world=st.sampled_from([1, 2, 36]),
+)
 def test_every_valid_preset_passes_deepspeed_validation(zero, precision, offload, world):
     if (offload == "optimizer" and zero == 0) or (offload == "optimizer+params" and zero != 3):
         with pytest.raises(TrainError, match="--offload"):
@@ -72,8 +76,11 @@ def test_user_json_wins_over_presets(tmp_path):
     assert cfg["zero_optimization"]["stage"] == 3
     assert cfg["zero_optimization"]["contiguous_gradients"] is True  # preset keys the user left alone stay
     assert cfg["optimizer"]["params"]["lr"] == 0.5 and cfg["optimizer"]["type"] == "AdamW"
-    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) \
-        == (64, 32, 1)
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (
+        64,
+        32,
+        1,
+    )
     validate(cfg, 2)
     with pytest.raises(TrainError, match="global batch 63"):
         merge_user_config(preset, {"train_batch_size": 63, "train_micro_batch_size_per_gpu": 8}, world_size=2)
@@ -90,8 +97,24 @@ def test_deepspeed_rejects_unknown_keys_as_one_line():
 def test_print_config_checks_for_the_target_world(tmp_path):
     from ds_launch import run_python
 
-    proc = run_python(["-m", "train", "--print-config", "--world-size", "36", "--global-batch", "10080",
-                       "--micro-batch", "70", "--zero", "3", "--precision", "bf16"], cwd=tmp_path)
+    proc = run_python(
+        [
+            "-m",
+            "train",
+            "--print-config",
+            "--world-size",
+            "36",
+            "--global-batch",
+            "10080",
+            "--micro-batch",
+            "70",
+            "--zero",
+            "3",
+            "--precision",
+            "bf16",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = json.loads(proc.stdout)
     assert cfg["gradient_accumulation_steps"] == 4 and cfg["zero_optimization"]["stage"] == 3

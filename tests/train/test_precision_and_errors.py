@@ -17,8 +17,10 @@ def cpu_fp16_supported() -> bool:
 
 def test_bf16_trains_on_two_cpu_ranks(tmp_path):
     # CPU BatchNorm needs bf16 buffers (data_types.buffer_dtype), which the preset sets on CPU.
-    run = launch([*SMALL, "--steps", "40", "--log-every", "5", "--lr", "3e-3", "--zero", "2",
-                  "--precision", "bf16"], cwd=tmp_path)
+    run = launch(
+        [*SMALL, "--steps", "40", "--log-every", "5", "--lr", "3e-3", "--zero", "2", "--precision", "bf16"],
+        cwd=tmp_path,
+    )
     assert run.rc == 0, run.out[-3000:]
     assert "precision=bf16" in run.out
     assert run.losses[-1] < 0.6 * run.losses[0], run.losses
@@ -27,8 +29,10 @@ def test_bf16_trains_on_two_cpu_ranks(tmp_path):
 
 def test_fp16_on_cpu_trains_or_fails_clearly(tmp_path):
     if cpu_fp16_supported():
-        run = launch([*SMALL, "--steps", "40", "--log-every", "5", "--lr", "3e-3", "--zero", "2",
-                      "--precision", "fp16"], cwd=tmp_path)
+        run = launch(
+            [*SMALL, "--steps", "40", "--log-every", "5", "--lr", "3e-3", "--zero", "2", "--precision", "fp16"],
+            cwd=tmp_path,
+        )
         assert run.rc == 0, run.out[-3000:]
         assert run.losses[-1] < 0.6 * run.losses[0], run.losses
     else:
@@ -39,14 +43,19 @@ def test_fp16_on_cpu_trains_or_fails_clearly(tmp_path):
         assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--global-batch", "100", "--micro-batch", "8", "--grad-accum", "2"],
-     "global batch 100 != micro-batch 8 x grad-accum 2 x world size 1"),
-    (["--model", "resnet5000"], "unknown model 'resnet5000'"),
-    (["--data", "/nonexistent/imagenet"], "data folder not found: /nonexistent/imagenet"),
-    (["--zero", "1", "--offload", "optimizer+params"], "needs --zero 3"),
-    (["--monitor", "wandb"], "wandb"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--global-batch", "100", "--micro-batch", "8", "--grad-accum", "2"],
+            "global batch 100 != micro-batch 8 x grad-accum 2 x world size 1",
+        ),
+        (["--model", "resnet5000"], "unknown model 'resnet5000'"),
+        (["--data", "/nonexistent/imagenet"], "data folder not found: /nonexistent/imagenet"),
+        (["--zero", "1", "--offload", "optimizer+params"], "needs --zero 3"),
+        (["--monitor", "wandb"], "wandb"),
+    ],
+)
 def test_user_errors_are_one_line(tmp_path, args, message):
     base = {"--model": "smallcnn", "--data": "digits", "--steps": "2"}
     argv = ["-m", "train"]

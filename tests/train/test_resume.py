@@ -11,8 +11,25 @@ pytestmark = pytest.mark.train
 
 # Synthetic 32px images: steps slow enough (~10 ms) that the kill lands mid-run; 2048 samples,
 # micro-batch 32 on 2 ranks = 32 steps per epoch, so the run crosses epoch boundaries.
-ARGS = ["--model", "smallcnn", "--data", "synthetic", "--synthetic-samples", "2048", "--micro-batch", "32",
-        "--steps", "100", "--log-every", "1", "--zero", "2", "--checkpoint-every", "10", "--no-eval"]
+ARGS = [
+    "--model",
+    "smallcnn",
+    "--data",
+    "synthetic",
+    "--synthetic-samples",
+    "2048",
+    "--micro-batch",
+    "32",
+    "--steps",
+    "100",
+    "--log-every",
+    "1",
+    "--zero",
+    "2",
+    "--checkpoint-every",
+    "10",
+    "--no-eval",
+]
 
 
 def test_sigkill_then_resume_auto_continues_the_same_run(tmp_path):

@@ -38,9 +38,29 @@ def write_image_folder(root, classes=2, per_class=12, size=40):
 
 def test_image_folder_trains_with_worker_processes(tmp_path):
     write_image_folder(tmp_path / "imagenet")
-    run = launch(["--model", "smallcnn", "--data", str(tmp_path / "imagenet"), "--image-size", "32",
-                  "--micro-batch", "4", "--steps", "6", "--log-every", "1", "--zero", "1", "--num-workers", "2",
-                  "--lr", "1e-2"], cwd=tmp_path)
+    run = launch(
+        [
+            "--model",
+            "smallcnn",
+            "--data",
+            str(tmp_path / "imagenet"),
+            "--image-size",
+            "32",
+            "--micro-batch",
+            "4",
+            "--steps",
+            "6",
+            "--log-every",
+            "1",
+            "--zero",
+            "1",
+            "--num-workers",
+            "2",
+            "--lr",
+            "1e-2",
+        ],
+        cwd=tmp_path,
+    )
     assert run.rc == 0, run.out[-3000:]
     assert [s["step"] for s in run.steps] == list(range(1, 7))
     # Red vs blue JPEGs decoded by PIL through the standard augmentations: trivially separable.

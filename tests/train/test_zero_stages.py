@@ -47,8 +47,10 @@ def test_zero_stage_trains_on_two_ranks(zero, tmp_path):
 
 def test_zero3_with_cpu_offload_of_optimizer_and_params(tmp_path):
     # ZeRO-Infinity's param offload, with torch's AdamW on CPU: no JIT-built cpu_adam (it took ~65 s cold)
-    run = launch([*SMALL, "--steps", "40", "--log-every", "10", "--lr", "3e-3", "--zero", "3",
-                  "--offload", "optimizer+params"], cwd=tmp_path)
+    run = launch(
+        [*SMALL, "--steps", "40", "--log-every", "10", "--lr", "3e-3", "--zero", "3", "--offload", "optimizer+params"],
+        cwd=tmp_path,
+    )
     assert run.rc == 0, run.out[-3000:]
     assert run.losses[-1] < 0.6 * run.losses[0], run.losses
     assert float(run.evals[-1]["top1"]) >= 0.8
