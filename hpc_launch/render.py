@@ -287,6 +287,7 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         net_if=p.net_if,
         capsule=q(protocol.capsule_relpath(job.name, stamp)),
         import_from=path_expr(job.import_from) if job.import_from else None,
+        restarted=Sh(dialect.restarted_shell) if dialect.restarted_shell else None,
         keep_next_links_off=Sh(dialect.keep_dependents_off_shell)
         if job.chain > 1 and dialect.keep_dependents_off_shell
         else None,

@@ -99,7 +99,9 @@ def test_a_job_runs_the_submitted_code_after_the_files_were_edited(hpc_launch_bi
         {
             "train.py": "import os, sys, time\n"
             "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
-            "import helper\nprint('ran', sys.argv[0].split('/')[-1], 'helper', helper.X, 'script v1')\n",
+            # one write per line: two ranks print at once
+            "import helper\nline = f\"ran {sys.argv[0].split('/')[-1]} helper {helper.X} script v1\\n\"\n"
+            "os.write(1, line.encode())\n",
             "helper.py": "X = 'submitted'\n",
         },
     )

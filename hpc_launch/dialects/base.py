@@ -113,6 +113,9 @@ class Dialect:
     # a user's `-l walltime=` replaces the default `-l walltime=`, not every `-l`.
     keyed_flags: Tuple[str, ...] = ()
     keep_dependents_off_shell: str = ""
+    # Shell run at the start of a job the scheduler restarted by itself: says so, and reports the
+    # hosts that failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS ("": this scheduler cannot tell).
+    restarted_shell: str = ""
     # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)
     failure_wording: Mapping[str, Tuple[str, ...]] = {}
 

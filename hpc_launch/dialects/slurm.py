@@ -137,7 +137,10 @@ class Slurm(Dialect):
     unknown_job_patterns = (r"invalid job id", r"already completing or completed")
 
     def base_submit_flags(self) -> List[str]:
-        return ["--parsable"]  # the id alone on stdout (`ID` or `ID;cluster`)
+        # --parsable: the id alone on stdout (`ID` or `ID;cluster`). --open-mode=append: a job Slurm
+        # requeues (a node failed under it) runs again into the same log, which sbatch(1) truncates by
+        # default: the first run's lines, the evidence of what failed, were lost (seen on the testbed)
+        return ["--parsable", "--open-mode=append"]
 
     # ---- arrays: `--array=0-N`; task i is `ID_i` to squeue, sacct and scancel -------------------
     array_index_var = "SLURM_ARRAY_TASK_ID"
@@ -253,6 +256,29 @@ class Slurm(Dialect):
 
     def depend_flags(self, job_id: str):
         return [f"--dependency=afterany:{job_id}"]
+
+    # A job Slurm requeued (JobRequeue=1, the default: a node failed under it, or `scontrol requeue`)
+    # runs this script again, SLURM_RESTART_COUNT > 0, on nodes that answer. Each run notes its nodes
+    # beside the log; a node of the run before that Slurm now holds down or not responding is the one
+    # that failed (sinfo -t; `down*`, reason `Not responding`, seen on the testbed). Not sacct -D
+    # (`NODE_FAIL|pod[1-2]`): a compute node need not reach the accounting daemon (the testbed's cannot).
+    restarted_shell = r"""hpc_launch_ran_on="$HPC_LAUNCH_LOG.nodes"
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+  echo "[hpc-launch] run $((SLURM_RESTART_COUNT + 1)) of job $SLURM_JOB_ID: Slurm requeued it"
+  if [ -s "$hpc_launch_ran_on" ]; then
+    hpc_launch_before=$(cat "$hpc_launch_ran_on")
+    sinfo -h -N -n "$hpc_launch_before" -t down,drain,fail,no_respond -o '%N|%T|%E' 2>/dev/null | sort -u |
+      while IFS='|' read -r hpc_launch_node hpc_launch_state hpc_launch_why; do
+        hpc_launch_held="Slurm holds it $hpc_launch_state: $hpc_launch_why"
+        hpc_launch_why="node failure under the run before (on $hpc_launch_before; $hpc_launch_held)"
+        echo "{prefix}$hpc_launch_node: $hpc_launch_why"
+        printf '%s\t%s\n' "$hpc_launch_node" "$hpc_launch_why" >>"$HPC_LAUNCH_BAD_HOSTS"
+      done
+  fi
+fi
+echo "${SLURM_JOB_NODELIST:-}" >"$hpc_launch_ran_on"  # for the run after this one, if any""".replace(
+        "{prefix}", protocol.BAD_HOST_PREFIX
+    )
 
     # The next link of a chain starts the moment this one's script exits (afterany), with no
     # launcher around to move it: the ending link itself keeps it off the hosts it found bad.

@@ -33,7 +33,8 @@ def _wait_nodes_idle(pods, timeout=120):
     while time.monotonic() < deadline:
         r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t", "-n", ",".join(pods)], capture_output=True, text=True)
         states = dict(line.split() for line in r.stdout.splitlines() if line.strip())
-        if all(states.get(p, "").startswith(("idle", "mix", "alloc")) for p in pods):
+        # `idle*`: resumed but its slurmd does not answer yet
+        if all(states.get(p, "").startswith(("idle", "mix", "alloc")) and "*" not in states[p] for p in pods):
             return
         subprocess.run(["scontrol", "update", f"NodeName={','.join(pods)}", "State=RESUME"], capture_output=True)
         time.sleep(2)
@@ -196,3 +197,54 @@ def test_a_chain_link_that_finds_a_bad_node_keeps_the_next_link_off_it_with_no_l
     summary = shown.stdout + shown.stderr
     assert "kept off pod2" in summary, summary
     _wait_nodes_idle(["pod1", "pod2", "pod3"])
+
+
+def test_a_node_that_dies_mid_run_is_named_and_the_requeued_job_finishes_on_the_others(
+    hpc_launch_bin, testbed, shared_workdir
+):
+    """Every process of pod2 (its slurmd, its rank) killed mid-training: Slurm declares the node
+    down, requeues the job (NODE_FAIL, JobRequeue=1) and runs it again on pod1 and pod3; the second
+    run names pod2 from Slurm's own records, resumes from the checkpoint and ends done, and the log
+    keeps both runs (sbatch --open-mode=append)."""
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    _wait_nodes_idle(["pod1", "pod2", "pod3"])
+    job = cli.submit(
+        "--cluster",
+        "tb-slurm",
+        "--nodes",
+        "2",
+        "--name",
+        "nodedies",
+        "--walltime",
+        "5m",
+        "--train-args",
+        "--model smallcnn --data synthetic --steps 240 --micro-batch 8 --log-every 10 "
+        "--checkpoint-every 20 --checkpoint-dir nodedies-ckpt --no-eval",
+    )
+    log = shared_workdir / f"nodedies.o{job}"
+    cli.wait_log(log, "step=40 ", timeout=240)
+    assert _squeue(job, "%N") == "pod[1-2]"
+    pause = (Path(testbed["HPC_TESTBED_DIR"]) / "run" / "pod2.pause.pid").read_text().strip()
+    pids = subprocess.run(["ip", "netns", "pids", "pod2"], capture_output=True, text=True, check=True).stdout.split()
+    try:
+        subprocess.run(["kill", "-KILL", *[p for p in pids if p != pause]], check=True)
+        r = cli("logs", "-f", job, timeout=600)
+    finally:
+        _restore_testbed()
+        _wait_nodes_idle(["pod1", "pod2", "pod3"])
+    text = log.read_text()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert text.count("[hpc-launch] job ") == 2, text[-3000:]  # both runs, in one log
+    assert f"[hpc-launch] run 2 of job {job}: Slurm requeued it" in text
+    assert re.search(
+        r"^\[hpc-launch\] bad host: pod2: node failure under the run before \(on pod\[1-2\]; Slurm holds it down",
+        text,
+        re.M,
+    ), text[-3000:]
+    second = text.split(f"run 2 of job {job}")[1]
+    hostfile = re.search(r"\[hpc-launch\] hostfile \S+:\n((?:\S+ slots=\d+\n)+)", second).group(1)
+    assert sorted(line.split()[0] for line in hostfile.splitlines()) == ["pod1", "pod3"]
+    assert re.search(r"resumed from .*global_step\d+ at step \d+", second) and "step=240 " in second
+    assert cli.wait_state(job, {"done", "failed"}, timeout=60) == "done"
+    assert "pod2" in {b.host for b in JobStore().bad_hosts("tb-slurm")}
+    assert "found bad: pod2 (node failure" in r.stderr, r.stderr[-2000:]  # the summary
