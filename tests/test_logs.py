@@ -144,7 +144,14 @@ def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch
         raise SchedulerError("qstat: cannot connect to server")
 
     with pytest.raises(SchedulerError):
-        follow(LocalTransport(), str(path), state=broken, write=lambda s: None, poll_interval=0.01)
+        follow(
+            LocalTransport(),
+            str(path),
+            state=broken,
+            write=lambda s: None,
+            poll_interval=0.01,
+            poll=Backoff(0.05, 1.5, 1.0),
+        )
     assert len(broken_calls) == MAX_STATE_FAILURES
 
 
