@@ -158,9 +158,9 @@ def test_a_later_start_in_another_environment_names_what_changed(tmp_path):
     Python with other packages: the second start's log line names them."""
     probe = tmp_path / "probe.py"
     probe.write_text(capsule.probe_source())
-    other = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
-    if other.returncode != 0:
-        pytest.skip("no second Python (/usr/bin/python3) on this machine")
+    # another environment: a bare virtualenv of the same interpreter, none of this one's packages
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    other_python = str(tmp_path / "bare" / "bin" / "python")
     first = subprocess.run(
         [sys.executable, str(probe), str(tmp_path), "101"],
         capture_output=True,
@@ -180,7 +180,7 @@ def test_a_later_start_in_another_environment_names_what_changed(tmp_path):
     )
     assert "job 102 runs what job 101 ran" in again.stdout
     moved = subprocess.run(
-        ["/usr/bin/python3", "-I", str(probe), str(tmp_path), "103"],
+        [other_python, "-I", str(probe), str(tmp_path), "103"],
         capture_output=True,
         text=True,
         env={"PATH": os.environ["PATH"], "HPC_LAUNCH_MODULES": "cuda/12.6\n"},
