@@ -243,3 +243,19 @@ def test_only_a_slurm_chain_link_carries_the_hand_off_to_the_next_link():
     assert 'scontrol update JobId="$next" ExcNodeList="$hosts"' in chained
     assert "hpc_launch_keep_next_links_off" not in script("slurm")  # nothing waits for a lone job
     assert "hpc_launch_keep_next_links_off" not in script("polaris", chain=2, group="datascience")  # PBS cannot exclude
+
+
+def test_a_waiting_link_keeps_the_hosts_it_was_submitted_to_avoid(store, tmp_path):
+    from dataclasses import replace
+
+    from fakes import FakeTransport
+
+    first = replace(_record(tmp_path), extra={"chain": "c1", "link": 1, "excluded": ["n5"]})
+    later = replace(first, job_id="10", state="queued", extra={"chain": "c1", "link": 2, "excluded": ["n5"]})
+    store.add(first)
+    store.add(later)
+    fake = FakeTransport()
+    fake.files[first.bad_hosts_path] = b"n2\thang\n"
+    store_outcome(store, first, Outcome(JobState.FAILED, 124), fake)
+    assert ["scontrol", "update", "JobId=10", "ExcNodeList=n2,n5"] in fake.ran  # not n2 alone: --exclude n5 stays
+    assert store.get("10", "slurm").extra["excluded"] == ["n2", "n5"]

@@ -217,11 +217,13 @@ def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) 
             and extra.get("link", 0) > (rec.extra or {}).get("link", 0)
             and JobState(later.state) == JobState.QUEUED
         ):
-            argv = dialect.exclude_pending_argv(later.job_id, hosts)
+            # the list replaces the link's own (Slurm's ExcNodeList): keep what it was submitted with
+            keep_off = sorted(set(hosts) | set(extra.get("excluded", [])))
+            argv = dialect.exclude_pending_argv(later.job_id, keep_off)
             result = runner(transport, later)(argv or [])
             if result.rc == 0:
                 changed.append(later.job_id)
-                store.update(later.cluster, later.job_id, extra={**extra, "excluded": hosts})
+                store.update(later.cluster, later.job_id, extra={**extra, "excluded": keep_off})
     return changed
 
 
