@@ -109,9 +109,9 @@ def test_cancel_of_an_ended_job_answers_the_same_before_and_after_a_refresh(hpc_
     )
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
-    for _ in range(100):  # the job ends; the record does not know yet
-        if (tmp_path / f"train.o{job}.exitcode").exists():
-            break
+    deadline = time.monotonic() + 120  # the job ends (seconds on a loaded machine); the record does not know yet
+    while not (tmp_path / f"train.o{job}.exitcode").exists():
+        assert time.monotonic() < deadline, "the one-line job never ended"
         time.sleep(0.1)
     first = _run(hpc_launch_bin, "cancel", job, env=env)  # finds out the job ended
     second = _run(hpc_launch_bin, "cancel", job, env=env)  # the record already says so

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from hpc_launch import protocol
 
+from . import ds_startup
 from .errors import TrainError
 
 
@@ -225,7 +226,7 @@ def init_distributed(info: RankInfo) -> None:
     acc = get_accelerator()
     on_cpu = acc.device_name() == "cpu"
     if on_cpu:
-        skip_shm_comm_op()
+        ds_startup.skip_shm_comm_op()
     if not on_cpu:
         acc.set_device(info.local_rank)
     backend = acc.communication_backend_name()
@@ -278,18 +279,3 @@ def clear_stale_build_locks(env: Mapping[str, str] = os.environ, now: Optional[f
             except OSError:
                 pass  # another rank removed it first
     return removed
-
-
-def skip_shm_comm_op() -> None:
-    """Keep DeepSpeed's CPU backend from compiling its shared-memory all-reduce op at init.
-
-    deepspeed 0.19.8's TorchBackend builds `shm_comm` (ninja, 25-70 s the first time in an
-    environment, a build check and a 66 MiB /dev/shm segment per rank, never unlinked, on every
-    start after) for `inference_all_reduce` alone: training's collectives go through gloo, and
-    without the op that one falls back to gloo too (deepspeed/comm/torch.py)."""
-    import importlib
-
-    # by its module name: the attribute deepspeed.comm.torch is the torch package itself
-    ds_torch: Any = importlib.import_module("deepspeed.comm.torch")
-    if callable(getattr(ds_torch, "build_shm_op", None)):
-        ds_torch.build_shm_op = lambda: None

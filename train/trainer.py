@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import checkpoint, dist
+from . import checkpoint, dist, ds_startup
 from .stop import RESUMABLE_EXIT, StopRequest
 from .ds_config import batch_of, build_config, load_user_config, merge_user_config, resolve_batch, validate
 from .errors import TrainError
@@ -181,6 +181,7 @@ def run(args) -> int:
     sync = acc.synchronize if acc.device_name() != "cpu" else (lambda: None)  # GPU work ends when it is done
     torch.manual_seed(args.seed)
     model = build_model(args.model, data.num_classes)
+    ds_startup.skip_muon_import(cfg)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     say(f"[hpc-train] DeepSpeed ready in {time.perf_counter() - init_started:.1f} s")
     ready_at = time.time()

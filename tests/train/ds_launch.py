@@ -69,11 +69,17 @@ def deepspeed_cmd(args, nprocs=2):
     return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", str(free_port()), "--module", "train", *args]
 
 
-def launch(args, cwd, nprocs=2, timeout=300) -> Run:
+def launch(args, cwd, nprocs=2, timeout=300, extra_env=None) -> Run:
     """`deepspeed --num_gpus N --module train ARGS`, as the `local` cluster runs it."""
     cmd = deepspeed_cmd(args, nprocs)
     proc = subprocess.run(
-        cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+        cmd,
+        cwd=cwd,
+        env={**child_env(), **(extra_env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
     )
     return parse_run(proc.returncode, proc.stdout, cmd)
 

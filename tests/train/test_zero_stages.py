@@ -1,6 +1,7 @@
 """2 CPU ranks through the real deepspeed launcher, every ZeRO stage: the model really learns."""
 
 import os
+import re
 
 import pytest
 
@@ -16,8 +17,15 @@ ARGS = [*SMALL, "--steps", "60", "--log-every", "5", "--lr", "3e-3"]
 def test_zero_stage_trains_on_two_ranks(zero, tmp_path):
     ckpt = tmp_path / "ckpt"
     extra = ["--monitor", "csv", "--monitor-dir", str(tmp_path / "runs")] if zero == 1 else []
-    run = launch([*ARGS, "--zero", str(zero), "--checkpoint-dir", str(ckpt), *extra], cwd=tmp_path)
+    # every Python of the run lists what it imports (stderr, in run.out)
+    imports = {"PYTHONPROFILEIMPORTTIME": "1"} if zero == 2 else {}
+    run = launch([*ARGS, "--zero", str(zero), "--checkpoint-dir", str(ckpt), *extra], cwd=tmp_path, extra_env=imports)
     assert run.rc == 0, run.out[-3000:]
+    if imports:  # DeepSpeed's Muon modules, and the torch compiler they pull in, stay unimported (ds_startup)
+        imported = set(re.findall(r"^import time:.*\|\s+(\S+)$", run.out, re.M))
+        assert {"torch", "deepspeed.runtime.engine"} <= imported  # the listing is there
+        # (torch.optim imports a little of torch._inductor itself; torch.compile brings compile_fx and ~500 more)
+        assert not [m for m in imported if m.startswith(("deepspeed.runtime.zero.muon", "torch._inductor.compile_fx"))]
     assert [s["step"] for s in run.steps] == list(range(5, 61, 5))
     assert {s["world_size"] for s in run.steps} == {2}
     assert shm_segments(run) == []  # no shm all-reduce workspace left in RAM
