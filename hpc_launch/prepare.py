@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from . import dialects, profiles
-from .errors import HpcLaunchError
+from .errors import HpcLaunchError, SpecError
 from .capsule import snapshot
 from .protocol import CAPSULE_CODE, LOCAL_HOST, capsule_relpath, is_local
 from .render import JobScript, render
@@ -148,6 +148,11 @@ def _capsule_code(
         return None, (), None, None
     code = f"{capsule}/{CAPSULE_CODE}"
     local = os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(spec.script)))
+    if host == LOCAL_HOST and os.path.isdir(local):
+        raise SpecError(
+            f"--script {spec.script}: is a directory, not a training script",
+            hint="give the script's file, e.g. --script train.py (the modules beside it go along)",
+        )
     if host == LOCAL_HOST or os.path.isfile(local):
         if not os.path.isfile(local):
             return local, (), None, None  # named as given: the inputs check says it is missing

@@ -56,6 +56,8 @@ CASES = [
         ["both", "--pass-env HOME"],
     ),
     (["--cluster", "abci", "--nodes", "x"], ["nodes"]),
+    (["--cluster", "local", "--script", "/etc"], ["--script /etc", "is a directory", "script's file"]),
+    (["--cluster", "local", "--venv", "/etc/passwd"], ["--venv /etc/passwd", "bin/activate"]),
 ]
 
 

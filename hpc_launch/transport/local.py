@@ -79,7 +79,7 @@ class LocalTransport:
     def size(self, path) -> Optional[int]:
         try:
             return os.stat(self.resolve_path(path)).st_size
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # x/bin/activate where x is a file: no such file
             return None
 
     def remove(self, path) -> None:
