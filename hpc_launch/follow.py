@@ -78,6 +78,7 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
             on_wait=on_wait,
             script=record.script_name,
             on_reconnect=on_reconnect,
+            ended=(lambda: transport.size(record.exit_path) is not None) if record.exit_path else None,
         )
     except KeyboardInterrupt:
         sys.stderr.write(

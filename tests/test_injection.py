@@ -60,10 +60,15 @@ printf '%s' "${CHECK_VAR-unset}" > "$out.env"
 def stubs(tmp_path_factory):
     d = tmp_path_factory.mktemp("stubs")
     stub_text = {
-        "deepspeed": STUB,
         "hostname": "#!/bin/sh\necho stubhost\n",
-        "python": "#!/bin/sh\necho /site-packages/hpc_launch/train_entry.py\n",
-    }  # where the entrypoint is
+        # `python -u -m deepspeed.launcher.launch ...` (the local launch line) records its argv; any
+        # other python call (the entrypoint's lookup) answers where the entrypoint is
+        "python": STUB.replace(
+            'out="$STUB_OUT"',
+            'out="$STUB_OUT"\nif [ "${3-}" != deepspeed.launcher.launch ]; '
+            "then echo /site-packages/hpc_launch/train_entry.py; exit 0; fi",
+        ),
+    }
     for name, text in stub_text.items():
         p = d / name
         p.write_text(text)

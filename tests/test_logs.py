@@ -115,6 +115,33 @@ def test_follow_state_queries_back_off_while_nothing_changes(tmp_path, monkeypat
     assert gaps[-1] > 3 * gaps[0] and max(gaps) < 1.0 + 0.2
 
 
+def test_follow_asks_the_scheduler_at_once_when_the_job_wrote_its_exit_file(tmp_path):
+    """The backed-off pace spares the scheduler while the job runs; once the job script has
+    written its exit-code file, the follow asks at once instead of up to `poll.most` later."""
+    log, exit_file = tmp_path / "job.log", tmp_path / "job.log.exitcode"
+    log.write_text("training\n")
+    calls = []
+
+    def state():
+        calls.append(time.monotonic())
+        return JobState.DONE if exit_file.exists() else JobState.RUNNING
+
+    threading.Timer(0.5, lambda: exit_file.write_text("0 job.sh\n")).start()
+    started = time.monotonic()
+    final = follow(
+        LocalTransport(),
+        str(log),
+        state=state,
+        write=lambda s: None,
+        poll_interval=0.02,
+        poll=Backoff(0.05, 100.0, 1000.0),  # asks at 0, 0.05, 5.05, 505 s ... while the job runs
+        ended=exit_file.exists,
+    )
+    assert final is JobState.DONE
+    assert time.monotonic() - started < 4.0, calls  # not at the next backed-off query, 5 s in
+    assert len(calls) == 3  # 0, 0.05, and once the exit file was there
+
+
 def test_follow_survives_a_failed_state_query_but_not_many(tmp_path, monkeypatch):
     path = tmp_path / "job.log"
     path.write_text("x\n")
