@@ -145,12 +145,23 @@ def test_pbs_pro_finished_job_with_exit_status():
     text = (
         "Job Id: 1234.pbs1\n    Job_Name = train\n    job_state = F\n    Exit_status = 0\n\n"
         "Job Id: 1235.pbs1\n    job_state = F\n    Exit_status = -29\n\nJob "
-        "Id: 1236.pbs1\n    job_state = F\n    Exit_status = 271\n"
+        "Id: 1236.pbs1\n    job_state = F\n    Exit_status = 271\n    substate = 91\n\n"
+        "Job Id: 1237.pbs1\n    job_state = F\n    Exit_status = 271\n    substate = 93\n"
     )
-    got = dialects.get("pbspro").parse_status(text, ["1234.pbs1", "1235.pbs1", "1236.pbs1"])
+    got = dialects.get("pbspro").parse_status(text, ["1234.pbs1", "1235.pbs1", "1236.pbs1", "1237.pbs1"])
     assert got["1234.pbs1"].state == JobState.DONE
     assert got["1235.pbs1"].state == JobState.TIMEOUT
-    assert got["1236.pbs1"].state == JobState.CANCELLED
+    assert got["1236.pbs1"].state == JobState.CANCELLED  # 91: a delete request ended it
+    assert got["1237.pbs1"].state == JobState.FAILED  # SIGTERM from someone else
+    assert got["1237.pbs1"].comment == "killed by SIGTERM, not by qdel"
+
+
+def test_torque_signal_exit_leaves_it_to_the_exit_code_file():
+    # Torque's `C` has no substate: 271 is a qdel or MoM's walltime SIGTERM alike, so the job is
+    # over but how is for the exit-code file and MoM's kill line in the log (jobs/state.py)
+    text = "Job Id: 7.torque\n\tjob_state = C\n\texit_status = 271\n"
+    info = dialects.get("pbspro").parse_status(text, ["7.torque"])["7.torque"]
+    assert (info.state, info.ended, info.active, info.exit_code) == (JobState.UNKNOWN, True, False, 271)
 
 
 def test_pbs_query_falls_back_for_torque_wrappers():
@@ -194,12 +205,12 @@ def test_grid_engine_qstat_table():
     [
         ("sge_qacct_done.txt", JobState.DONE, ""),
         ("sge_qacct_failed.txt", JobState.FAILED, ""),
-        # qdel of a running job and a kill for a limit look alike in qacct (failed 100, exit 137): the
-        # job's life (jobs.py) calls it cancelled only when a cancel was requested
+        # job 11 was qdel'd while running: failed 100 with SIGKILL, and no deleted_by line in 8.1.9;
+        # Grid Engine's own limit kills are failed 37 (the h_rt kill below)
         (
             "sge_qacct_killed.txt",
-            JobState.FAILED,
-            "Grid Engine: failed 100: assumedly after job (killed by a signal: qdel or a resource limit)",
+            JobState.CANCELLED,
+            "Grid Engine: failed 100: assumedly after job (SIGKILL: a qdel, or a kill -9 from outside)",
         ),
         (
             "sge_qacct_timeout.txt",
@@ -243,6 +254,29 @@ def test_grid_engine_limit_kill_is_timeout_only_for_h_rt(category, wallclock, st
     assert GridEngine.parse_accounting(text).state == state
 
 
+@pytest.mark.parametrize(
+    "deleted_by, exit_status, state, why",
+    [
+        (None, "137                  (Killed)", JobState.CANCELLED, "SIGKILL: a qdel"),  # SGE 8.1.9
+        ("NONE", "137                  (Killed)", JobState.FAILED, "deleted_by NONE: not a qdel"),  # Univa
+        (None, "143                  (Terminated)", JobState.FAILED, "not qdel's SIGKILL"),
+    ],
+)
+def test_grid_engine_signal_kill_is_a_cancel_only_for_qdels_signal(deleted_by, exit_status, state, why):
+    text = read("sge_qacct_killed.txt").replace("137                  (Killed)", exit_status)
+    if deleted_by:
+        text = text.replace("exit_status", f"deleted_by   {deleted_by}\nexit_status")
+    info = GridEngine.parse_accounting(text)
+    assert info.state == state and why in info.comment
+
+
+def test_grid_engine_exiting_letter_is_still_running():
+    # `x` (EXITING_SYM, source/common/symbols.h) is the one letter job_get_state_string writes
+    # that sge_status(5) does not list: the job is ending, not gone
+    info = dialects.get("gridengine").parse_status("job-ID prior name user state\n--\n 5 0 n u rx\n", ["5"])["5"]
+    assert info.state == JobState.RUNNING and info.active
+
+
 def test_grid_engine_deleted_by_is_a_cancel():
     # Univa/Altair qacct has `deleted_by` (ABCI 2.0's docs show it): a qdel is then certain
     text = read("sge_qacct_killed.txt").replace("exit_status", "deleted_by   alice\nexit_status")
@@ -282,7 +316,7 @@ def test_grid_engine_array_tasks_are_one_job():
     "dialect, out",
     [
         ("slurm", "5|WEIRD_NEW_STATE|None\n"),
-        ("gridengine", "<job_info><job_list><JB_job_number>5</JB_job_number><state>x</state></job_list></job_info>"),
+        ("gridengine", "<job_info><job_list><JB_job_number>5</JB_job_number><state>X</state></job_list></job_info>"),
         (
             "gridengine",
             "job-ID  prior   name       user         state submit/start "

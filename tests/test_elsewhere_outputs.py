@@ -17,7 +17,7 @@ from hpc_launch.dialects.slurm import Slurm
 from hpc_launch.errors import HostfileError, SchedulerError
 from hpc_launch.states import JobState
 from hpc_launch.transport import CommandResult
-from pbs_fixtures import Replay
+from pbs_fixtures import Replay, load
 
 HERE = Path(__file__).parent / "golden" / "elsewhere"
 SLURM = dialects.get("slurm")
@@ -308,6 +308,8 @@ def test_every_documented_grid_engine_state(category, word):
     assert info.active and info.never_runs == (category == "error")
     if category == "suspended" or word.replace("d", "") in ("s", "S", "T", "Rs", "RS", "RT"):
         assert "suspended" in info.comment
+    if category == "error":  # the word as qstat printed it (Ehqw: also held), not always "Eqw"
+        assert info.comment == f"error state ({word})"
 
 
 def test_pe_hostfile_recorded(tmp_path, ds_parse):
@@ -338,8 +340,9 @@ def test_qdel_outcomes(name, rc, sent, already):
 @pytest.mark.parametrize(
     "name, state, code",
     [
-        ("testbed_sge_qacct_deleted_running.txt", JobState.FAILED, 137),  # qdel or a limit: jobs.py decides
-        ("testbed_sge_qacct_deleted_suspended.txt", JobState.FAILED, 137),
+        # qdel'd running and suspended jobs: failed 100 with SIGKILL and no deleted_by (8.1.9 has none)
+        ("testbed_sge_qacct_deleted_running.txt", JobState.CANCELLED, 137),
+        ("testbed_sge_qacct_deleted_suspended.txt", JobState.CANCELLED, 137),
         ("abci_qacct.txt", JobState.DONE, 0),
     ],
 )
@@ -347,7 +350,7 @@ def test_qacct_records(name, state, code):
     run = Replay().add(GridEngine.accounting_argv("1"), CommandResult(0, read(name), ""))
     info = SGE.accounting(run, "1")
     assert (info.state, info.exit_code) == (state, code)
-    if state == JobState.FAILED:
+    if state == JobState.CANCELLED:
         assert "failed 100: assumedly after job" in info.comment
 
 
@@ -358,3 +361,48 @@ def test_qacct_of_a_job_that_never_ran_is_no_answer():
 
 def test_abci_qsub():
     assert SGE.parse_submit(read("abci_qsub.txt")) == "12345"
+
+
+# ---- what the schedulers' own sources say they print (tests/golden/published) ------------------
+
+PUBLISHED = Path(__file__).parent / "golden" / "published"
+
+
+def published(name: str) -> list:
+    return [line.split("\t") for line in (PUBLISHED / name).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("word, machine_states", published("cobalt_qstat_states.tsv"))
+def test_published_cobalt_words(word, machine_states):
+    info = dialects.get("cobalt").parse_status(f"JobID   State\n=====\n5   {word}\n", ["5"])["5"]
+    if machine_states == "Terminal":  # over, without saying how: the exit-code file decides
+        assert info.ended and not info.active
+        return
+    waiting = "Ready" in machine_states or "Hold" in machine_states or machine_states == "Preempted"
+    assert info.state == (JobState.QUEUED if waiting else JobState.RUNNING) and info.active
+    assert info.never_runs == (word == "dep_fail")
+
+
+@pytest.mark.parametrize("exit_status, comment", published("openpbs_limit_kill_comments.tsv"))
+def test_published_pbs_limit_kills(exit_status, comment):
+    pbs = dialects.get("pbspro")
+    expected = JobState.TIMEOUT if comment.endswith("walltime") else JobState.FAILED
+    recorded = load("049").out  # the walltime kill, substate 93
+    for code in (exit_status, "271"):  # the code PBS sets, and a SIGTERM exit beside the same comment
+        text = recorded.replace("Exit_status = -29", f"Exit_status = {code}").replace(
+            "exceeded \n\tresource walltime", comment.split(" and ", 1)[1].replace("exceeded ", "exceeded \n\t")
+        )
+        info = pbs.parse_status(text, ["85.pbshead"])["85.pbshead"]
+        assert (info.state, info.active, info.comment) == (expected, False, comment)
+
+
+@pytest.mark.parametrize("line", [words[0] for words in published("sge_qacct_failed_lines.txt")])
+def test_published_grid_engine_failed_codes(line):
+    # job 11's record (qdel'd while running: exit 137, no deleted_by), with each `failed` line
+    killed = (Path(__file__).parent / "golden" / "sched" / "sge_qacct_killed.txt").read_text()
+    text = killed.replace("failed       100 : assumedly after job", line)
+    code, why = int(line.split()[1]), line.split(":", 1)[1].strip()
+    info = GridEngine.parse_accounting(text)
+    expected = {100: JobState.CANCELLED, 37: JobState.TIMEOUT}.get(code, JobState.FAILED)  # 37 with no h_vmem/h_cpu
+    assert (info.state, info.active, info.exit_code) == (expected, False, 137)
+    assert info.comment.startswith(f"Grid Engine: failed {code}: {why}")

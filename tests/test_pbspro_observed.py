@@ -1050,8 +1050,8 @@ def test_expired_subjob_resolves_like_finished():
     [
         (0, DONE),
         (3, FAILED),
-        (271, CANCELLED),
-        (265, CANCELLED),
+        (271, FAILED),  # a signal: a qdel only when the substate (91) says so, see job_info
+        (265, FAILED),
         (-29, TIMEOUT),
         (-11, FAILED),  # JOB_EXEC_RERUN on F: a non-rerunnable job deleted on requeue; a rerun job is Q again
         (-27, FAILED),
@@ -1083,6 +1083,57 @@ def test_resource_limit_kill_is_a_failure_not_a_cancel():
     assert (info.state, info.exit_code) == (FAILED, -27) and info.comment.endswith("exceeded resource mem")
     mem = kill_reason("line\n=>> PBS: job killed: mem 1048576kb exceeded limit 102400kb\n")  # mom_main.c format
     assert mem.state == FAILED and mem.comment == "killed by PBS: mem 1048576kb exceeded limit 102400kb"
+
+
+def with_attrs(text: str, attrs: Dict[str, str]) -> str:
+    """A recorded `qstat -f` block with attributes replaced (a wrapped value with all its lines)
+    or, when absent, added."""
+    for key, value in attrs.items():
+        line = f"    {key} = {value}\n"
+        text, n = re.subn(rf"(?m)^    {re.escape(key)} = .*\n(?:\t.*\n)*", lambda m, new=line: new, text)
+        if not n:
+            text = text.replace("    run_count = 1\n", line + "    run_count = 1\n")
+    return text
+
+
+RAN = "Job run at Sun Nov 22 at 22:26 on (pbshead:ncpus=1)"
+
+
+@pytest.mark.parametrize(
+    "number,job_id,attrs,state,why",
+    [
+        # a SIGTERM that no delete request sent (an admin's kill): svr_jobfunc.c gives 93, not 91
+        ("067", "89.pbshead", {"substate": "93", "comment": f"{RAN} and failed"}, FAILED, "killed by SIGTERM"),
+        # the cgroup hook's OOM kill of the whole job: SIGKILL, 93, its reason in diag_messages
+        (
+            "083",
+            "86.pbshead",
+            {
+                "substate": "93",
+                "comment": f"{RAN} and failed",
+                "resources_used.diag_messages": '\'{"pbshead":"Cgroup mem limit exceeded"}\'',
+            },
+            FAILED,
+            "killed by SIGKILL, not by qdel (pbshead: Cgroup mem limit exceeded)",
+        ),
+        # a limit named in the comment decides, whatever the exit status beside it
+        ("067", "89.pbshead", {"substate": "93", "comment": f"{RAN} and exceeded resource mem"}, FAILED, "mem"),
+        ("067", "89.pbshead", {"substate": "93", "comment": f"{RAN} and exceeded resource walltime"}, TIMEOUT, ""),
+    ],
+)
+def test_a_signal_is_a_cancel_only_when_pbs_says_deleted(number, job_id, attrs, state, why):
+    text = with_attrs(load(number).out, attrs)
+    info = D.parse_status(text, [job_id])[job_id]
+    assert (info.state, info.active) == (state, False) and why in info.comment
+    # the recording itself (substate 91, "terminated by pbsuser@pbshead") stays a cancel
+    assert D.parse_status(load(number).out, [job_id])[job_id].state == CANCELLED
+
+
+def test_limit_kill_without_a_comment_is_read_from_the_exit_status():
+    # update_job_finish_comment leaves the comment alone when none was set: -26 alone says vmem
+    text = with_attrs(load("049").out, {"Exit_status": "-26", "comment": ""})
+    info = D.parse_status(text, ["85.pbshead"])["85.pbshead"]
+    assert (info.state, info.exit_code) == (FAILED, -26)
 
 
 def test_subjob_reported_from_its_parent():
@@ -1141,3 +1192,46 @@ def test_wrapper_qdel_of_an_unknown_job_says_nothing():
     # Slurm's qdel wrapper: rc 1 and no message (tests/golden/sched/pbswrap_qdel_unknown.txt)
     outcome = D.parse_cancel(1, "", "")
     assert not outcome.sent and not outcome.already_ended and outcome.message == "qdel exited 1 without a message"
+
+
+@pytest.mark.parametrize(
+    "qstat_out, log, cancel_asked, state",
+    [
+        # PBS Pro, 271 with substate 93: someone else's SIGTERM is a failure, ours a cancel
+        (with_attrs(load("067").out, {"substate": "93", "comment": f"{RAN} and failed"}), "", False, "failed"),
+        (with_attrs(load("067").out, {"substate": "93", "comment": f"{RAN} and failed"}), "", True, "cancelled"),
+        # Torque's C with 271 and no substate: MoM's kill line in the log says walltime
+        (
+            "Job Id: 89.pbshead\n\tjob_state = C\n\texit_status = 271\n",
+            "=>> PBS: job killed: walltime 12 exceeded limit 5\n",
+            False,
+            "timeout",
+        ),
+        ("Job Id: 89.pbshead\n\tjob_state = C\n\texit_status = 271\n", "", True, "cancelled"),
+    ],
+)
+def test_signal_exits_through_the_jobs_life(tmp_path, qstat_out, log, cancel_asked, state):
+    from hpc_launch import jobs
+    from hpc_launch.records import JobRecord, JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add(
+        JobRecord(
+            job_id="89.pbshead",
+            cluster="c",
+            dialect="pbspro",
+            host="localhost",
+            name="todel",
+            workdir="/w",
+            script_path="/w/.hpc-launch/todel.sh",
+            log_path="/w/todel.o89",
+            exit_path="/w/todel.o89.exitcode",
+            submit_time=1.0,
+            state="running",
+            extra={"cancel_requested_at": 5.0} if cancel_asked else {},
+        )
+    )
+    transport = FakeTransport(lambda argv: CommandResult(0, qstat_out, ""))
+    transport.files["/w/todel.o89"] = log.encode()  # no exit-code file: the job's shell was killed
+    got = jobs.refresh(store, [store.get("89.pbshead", "c")], lambda host: transport)[0]
+    assert got.state == state

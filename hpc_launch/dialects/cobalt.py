@@ -9,20 +9,27 @@ from typing import Dict, Iterable, List, Sequence
 from ..states import JobState
 from .base import Dialect, StatusInfo, last_matching_line
 
-# State words ALCF's Cobalt pages and Cobalt's qstat use (psij-python and Parsl read the same).
+# Every word Cobalt's qstat prints for a job: the queue manager's Job.__get_job_state turns its
+# state machine into exactly these (src/lib/Components/cqm.py, ALCF's Cobalt; mirrored at
+# github.com/ido/cobalt). Nothing else: no `errored` or `failed` (a job that failed is `exiting`,
+# then `done`, then gone), so any other word stays UNKNOWN and never ends a job.
 _STATE = {
-    "queued": (JobState.QUEUED, ""),
+    "queued": (JobState.QUEUED, ""),  # Ready
     "user_hold": (JobState.QUEUED, "held by its user (qhold)"),
     "admin_hold": (JobState.QUEUED, "held by an administrator"),
     "dep_hold": (JobState.QUEUED, "waiting for the job it depends on"),
     "maxrun_hold": (JobState.QUEUED, "held: the queue's running-job limit for this user"),
-    "starting": (JobState.RUNNING, ""),
+    "preempted": (JobState.QUEUED, "preempted: waits to run again"),  # runnable again
+    "starting": (JobState.RUNNING, ""),  # prologues
     "running": (JobState.RUNNING, ""),
-    "exiting": (JobState.RUNNING, ""),
+    "preempting": (JobState.RUNNING, "being preempted"),
+    "exiting": (JobState.RUNNING, ""),  # epilogues, after the job's script ended
     "killing": (JobState.RUNNING, "being killed"),  # ends once gone; the exit-code file says how
 }
 # The job it depends on failed: it stays queued and never runs, until deleted.
 _NEVER = {"dep_fail": "the job it depends on failed (dep_fail)"}
+# Terminal: over, without saying how (Cobalt's qstat has no exit status): the exit-code file decides.
+_OVER = {"done"}
 QSTAT_HEADER = "JobID:State"
 
 
@@ -30,6 +37,8 @@ def state_of(word: str) -> StatusInfo:
     low = word.lower()
     if low in _NEVER:
         return StatusInfo(JobState.QUEUED, None, word, comment=_NEVER[low], never_runs=True)
+    if low in _OVER:
+        return StatusInfo(JobState.UNKNOWN, None, word, ended=True)
     state, comment = _STATE.get(low, (JobState.UNKNOWN, ""))  # unknown: never ends a job
     return StatusInfo(state, None, word, comment=comment)
 

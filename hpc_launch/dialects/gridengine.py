@@ -2,7 +2,9 @@
 
 State letters are qstat(1)'s and sge_status(5)'s: d(eletion) E(rror) h(old) q(ueued) r(unning)
 R(estarted) s/S(uspended) t(ransferring) T(hreshold) w(aiting) z(ombie), in combinations such as
-`hqw`, `Eqw`, `dr`, `Rr`. `failed` codes of qacct(1) are sge_status(5)'s table.
+`hqw`, `Eqw`, `dr`, `Rr`, plus x (exiting), the one other letter qstat's writer knows
+(source/libs/sgeobj/sge_job.c job_get_state_string, source/common/symbols.h). `failed` codes of
+qacct(1) are sge_status(5)'s table (source/common/execution_states.c).
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from ..states import JobState
 from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
 
-_LETTERS = set("dEhqrRsStTwz")
-FAILED_LIMIT = 37  # "qmaster enforced h_rt, h_cpu, or h_vmem limit"
-FAILED_SIGNAL = {17, 100}  # "through signal" (possibly qdel), "assumedly after job" (killed by a signal)
+_LETTERS = set("dEhqrRsStTwxz")
+# "qmaster enforced h_rt, h_cpu, or h_vmem limit": also the execution daemon's own kill for h_rt,
+# h_cpu or h_vmem (execd_ck_to_do.c sets it; reaper_execd.c clean_up_job keeps it)
+FAILED_LIMIT = 37
+# "assumedly after job": the job's shell died of a signal (reaper_execd.c clean_up_job), 128 + n
+# in exit_status. qdel ends a running job with SIGKILL (137); Grid Engine's limit kills are 37.
+FAILED_AFTER_JOB = 100
+EXIT_SIGKILL = 128 + 9
 
 
 def state_of(code: str) -> StatusInfo:
@@ -25,8 +32,8 @@ def state_of(code: str) -> StatusInfo:
     letters = set(code)
     if not code or not letters <= _LETTERS:
         return StatusInfo(JobState.UNKNOWN, None, code)
-    if "E" in letters:  # pending with an error: waits for `qmod -cj` after a fix, or for qdel
-        return StatusInfo(JobState.QUEUED, None, code, comment="error state (Eqw)", never_runs=True)
+    if "E" in letters:  # pending with an error (Eqw, Ehqw, EhRqw): waits for `qmod -cj` after a fix, or qdel
+        return StatusInfo(JobState.QUEUED, None, code, comment=f"error state ({code})", never_runs=True)
     if "z" in letters:  # zombie (qstat -s z): finished, the exit-code file (or qacct) says how
         return StatusInfo(JobState.UNKNOWN, None, code, ended=True)
     deleting = "being deleted" if "d" in letters else ""
@@ -38,7 +45,7 @@ def state_of(code: str) -> StatusInfo:
         }
         why = "; ".join(note[c] for c in "sST" if c in letters)
         return StatusInfo(JobState.QUEUED, None, code, comment="; ".join(w for w in (why, deleting) if w))
-    if letters & set("rt"):  # r, t, Rr, Rt, hr, dr, dt: started (t: being transferred to its host)
+    if letters & set("rtx"):  # r, t, Rr, Rt, hr, dr, dt: started (t: being sent to its host, x: exiting)
         return StatusInfo(JobState.RUNNING, None, code, comment=deleting)
     if letters & set("qw"):  # qw, hqw, hRwq, Rq
         held = "held (qhold, qsub -h or -hold_jid)" if "h" in letters else ""
@@ -155,7 +162,7 @@ class GridEngine(Dialect):
             if info.never_runs:  # Eqw: the reason is only in `qstat -j`
                 reason = self.error_reason(run(["qstat", "-j", job]).out)
                 if reason:
-                    known[job] = replace(info, comment=f"error state (Eqw): {reason}")
+                    known[job] = replace(info, comment=f"{info.comment}: {reason}")
         return known
 
     @staticmethod
@@ -227,14 +234,15 @@ class GridEngine(Dialect):
 
 
 def _record_info(fields: Dict[str, str]) -> StatusInfo:
-    """One qacct record: `failed` (sge_status(5)), `exit_status`, `deleted_by` (Univa/Altair)."""
+    """One qacct record: `failed` (sge_status(5)), `exit_status`, `deleted_by` (Univa/Altair only:
+    Son of Grid Engine 8.1.9 and its forebears write no line for it, source/clients/qacct/qacct.c)."""
     raw_exit = (fields.get("exit_status") or "").split()  # `137   (Killed)`
     code = int(raw_exit[0]) if raw_exit and raw_exit[0].lstrip("-").isdigit() else None
     failed_text = fields.get("failed", "0").strip()
     failed_code = int(failed_text.split()[0]) if failed_text.split()[0:1] and failed_text.split()[0].isdigit() else 0
     failed_why = failed_text.split(":", 1)[1].strip() if ":" in failed_text else ""
-    deleted_by = fields.get("deleted_by", "NONE").strip()
-    if deleted_by and deleted_by != "NONE":
+    deleted_by = fields.get("deleted_by")  # None: this qacct cannot say who deleted a job
+    if deleted_by and deleted_by.strip() != "NONE":
         return StatusInfo(JobState.CANCELLED, code, "qacct", comment=f"deleted by {deleted_by}")
     if failed_code == 0:
         return StatusInfo(JobState.DONE if code == 0 else JobState.FAILED, code, "qacct")
@@ -246,15 +254,19 @@ def _record_info(fields: Dict[str, str]) -> StatusInfo:
         memory_or_cpu = re.search(r"\bh_(vmem|cpu)=", fields.get("category", "")) is not None
         state = JobState.TIMEOUT if over_time or not memory_or_cpu else JobState.FAILED
         return StatusInfo(state, code, "qacct", comment=comment)
-    if failed_code in FAILED_SIGNAL:
-        # qdel and a limit the execution host enforces look alike here: the job's life
-        # (jobs.py) calls it cancelled only when a cancel was asked for
+    if failed_code == FAILED_AFTER_JOB and code == EXIT_SIGKILL and deleted_by is None:
+        # What qdel of a running or suspended job leaves (recorded on SGE 8.1.9,
+        # tests/golden/elsewhere/testbed_sge_qacct_deleted_*.txt). A kill -9 of the job's shell
+        # from outside Grid Engine would read the same; our script's trap survives the usual OOM
+        # kill of its training process, so this record is only read when the whole job died.
         return StatusInfo(
-            JobState.FAILED,
-            code,
-            "qacct",
-            comment=comment + (" (killed by a signal: qdel or a resource limit)" if failed_code == 100 else ""),
+            JobState.CANCELLED, code, "qacct", comment=comment + " (SIGKILL: a qdel, or a kill -9 from outside)"
         )
+    if failed_code == FAILED_AFTER_JOB:  # sge_status(5): a signal, a task or the shepherd died, a node crash
+        why = "deleted_by NONE: not a qdel" if deleted_by is not None else "not qdel's SIGKILL"
+        return StatusInfo(JobState.FAILED, code, "qacct", comment=f"{comment} (killed by a signal, {why})")
+    # 17 "through signal" (the shepherd itself died) and the rest: the job's life (jobs/state.py)
+    # makes a failure after a cancel we asked for a cancel
     return StatusInfo(JobState.FAILED, code, "qacct", comment=comment)
 
 

@@ -7,7 +7,9 @@ Numbers and words below are OpenPBS's own (src/include/job.h, src/server/svr_job
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
@@ -15,13 +17,21 @@ from ..states import JobState
 from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
 
 # Exit_status values PBS sets itself: -24..-29 MoM killed the job for exceeding ncpus (burst,
-# sum), vmem, mem, cput, walltime (comment "... and exceeded resource NAME"); -11 requeued (node
-# failure, qrerun). A job killed by signal n gets 256 + n: 271 = SIGTERM (qdel of a running
-# job), 265 = SIGKILL (qdel -W force).
+# sum), vmem, mem, cput, walltime (src/resmom/mom_main.c mom_over_limit sets them; the top shell's
+# wait status never overwrites a negative one: catch_child.c scan_for_exiting), and the server's
+# comment then ends "... and exceeded resource NAME" (svr_jobfunc.c update_job_finish_comment);
+# -11 requeued (node failure, qrerun). A job whose top shell died of signal n gets 256 + n:
+# 271 = SIGTERM (qdel of a running job), 265 = SIGKILL (qdel -W force), but also a signal from
+# anyone else (the cgroup hook's OOM kill, an admin's kill).
 JOB_EXEC_KILL_WALLTIME = -29
-KILLED_BY_QDEL = {256 + 15, 256 + 9}
-# Substates of a finished (F) job: deleted with qdel (before or while running), finished, failed.
+JOB_EXEC_KILL = {-24: "ncpus (burst)", -25: "ncpus (sum)", -26: "vmem", -27: "mem", -28: "cput", -29: "walltime"}
+KILLED_BY_SIGNAL = 256
+# Substates of a finished (F) job (src/include/job.h): 91 only when a delete request ended it
+# (req_delete.c req_deletejob2 sets ji_terminated; svr_jobfunc.c svr_setjob_histinfo gives 91 iff
+# that is set; comment "... and terminated [by USER@HOST]"); else 93 when Exit_status is not 0
+# (a limit kill included), 92 when it is.
 SUB_TERMINATED, SUB_FINISHED, SUB_FAILED = 91, 92, 93
+_LIMIT_COMMENT = re.compile(r"\band exceeded resource (\w+)")
 NEVER_RUN = "Can Never Run"  # the scheduler's prefix (src/scheduler/constant.h NEVER_RUN_PREFIX)
 
 # Every job_state letter qstat documents; F, X (expired subjob) and C (Torque) are ends.
@@ -135,6 +145,25 @@ def kill_reason(log_text: str) -> Optional[StatusInfo]:
     return StatusInfo(state, None, "killed", comment=f"killed by PBS: {words}")
 
 
+def _signal_kill(code: int, attrs: Dict[str, str]) -> str:
+    """`killed by SIGKILL, not by qdel` for Exit_status 256 + n, with the cgroup hook's reason
+    (`resources_used.diag_messages = '{"node":"Cgroup mem limit exceeded"}'`, pbs_cgroups.PY
+    set_diag_messages) when it gave one."""
+    try:
+        name = signal.Signals(code - KILLED_BY_SIGNAL).name
+    except ValueError:
+        name = f"signal {code - KILLED_BY_SIGNAL}"
+    diag = attrs.get("resources_used.diag_messages", "").strip().strip("'")
+    try:
+        found = json.loads(diag) if diag else {}
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        found = {"": diag}
+    why = "; ".join(f"{node}: {msg}" if node else str(msg) for node, msg in found.items() if msg)
+    return f"killed by {name}, not by qdel" + (f" ({why})" if why else "")
+
+
 class PBSPro(Dialect):
     name = "pbspro"
     title = "PBS Professional"
@@ -146,6 +175,8 @@ class PBSPro(Dialect):
     nodelist_shell = "awk '!seen[$0]++' \"$PBS_NODEFILE\""
     nodefile_vars = ("PBS_NODEFILE",)
     keyed_flags = ("-l", "-W", "-v")
+    # PBS Professional converts an old-style `-l nodes=` request into a select statement
+    key_aliases = {"-l nodes": "-l select"}
     # MoM's kill lines (mom_main.c) and qsub's / the scheduler's refusals (pbs_messages.c,
     # src/scheduler/constant.h NEVER_RUN_PREFIX), as the real server prints them
     failure_wording = {
@@ -274,6 +305,16 @@ class PBSPro(Dialect):
             return StatusInfo(verdict, None, letter, comment=comment)
         if substate == SUB_TERMINATED:  # deleted with qdel, whatever its exit status (271, 265, 143, none)
             return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
+        limit = _LIMIT_COMMENT.search(comment)
+        if limit or code in JOB_EXEC_KILL:  # killed by MoM for a limit: never a cancel
+            resource = limit.group(1) if limit else JOB_EXEC_KILL[code or 0]
+            state = JobState.TIMEOUT if resource == "walltime" else JobState.FAILED
+            return StatusInfo(state, code, letter, comment=comment)
+        if code is not None and code > KILLED_BY_SIGNAL:
+            how = _signal_kill(code, attrs)
+            if substate is None:  # Torque-style qstat: nothing says whether qdel sent the signal
+                return StatusInfo(JobState.UNKNOWN, code, letter, ended=True, comment=comment or how)
+            return StatusInfo(JobState.FAILED, code, letter, comment="; ".join(w for w in (comment, how) if w))
         if code is not None:
             return StatusInfo(self.exit_state(code), code, letter, comment=comment)
         # Ended without an exit status.
@@ -312,10 +353,9 @@ class PBSPro(Dialect):
             return JobState.DONE
         if code == JOB_EXEC_KILL_WALLTIME:
             return JobState.TIMEOUT
-        if code in KILLED_BY_QDEL:
-            return JobState.CANCELLED
         # the script's own code; a kill for another limit (mem, vmem, cput, ncpus: -24..-28);
-        # -11 (a non-rerunnable job deleted on requeue); PBS's other start failures (-1..-30)
+        # -11 (a non-rerunnable job deleted on requeue); PBS's other start failures (-1..-30);
+        # 256 + n, a signal: a qdel only when the substate says so (job_info)
         return JobState.FAILED
 
     # ---- cancel ----------------------------------------------------------------------------
