@@ -9,22 +9,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterator, List, Optional, Union
+from typing import Callable, Iterator, List, Optional, Union
 
 from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound, StoreError
-from hpc_launch.states import TERMINAL
+from hpc_launch.states import TERMINAL, JobState
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_S = 30.0
-_JSON_FIELDS = ("submit_argv", "extra")
+_JSON_FIELDS = {"submit_argv": list, "extra": dict}  # column -> the type its JSON must decode to
 _KEY_FIELDS = ("cluster", "job_id")
 
 
@@ -72,7 +73,33 @@ class BadHost:
     until: float  # forgotten after this (protocol.BAD_HOST_TTL_S)
 
 
+def adopt_command(cluster: str, job_id: str, workdir: str, name: str, script_path: str, host: str) -> str:
+    """The `hpc-launch adopt` line that records this job again (it replaces a record with its id)."""
+    from .protocol import LOCAL_HOST
+
+    argv = ["hpc-launch", "adopt", job_id, "--cluster", cluster, "--workdir", workdir, "--name", name]
+    argv += ["--script", script_path] + ([] if host == LOCAL_HOST else ["--login", host])
+    return shlex.join(argv)
+
+
+class DamagedRecord(StoreError):
+    """One job's row cannot be read back (a column that does not decode): the other rows can."""
+
+    def __init__(self, path: Path, values: dict, problem: str):
+        self.cluster, self.job_id = str(values["cluster"]), str(values["job_id"])
+        again = adopt_command(
+            self.cluster,
+            self.job_id,
+            *(str(values[k]) for k in ("workdir", "name", "script_path", "host")),
+        )
+        super().__init__(
+            f"the record of job {self.job_id} on {self.cluster} in {path} is damaged ({problem})",
+            hint=f"record it again: {again}",
+        )
+
+
 _COLUMNS = [f.name for f in fields(JobRecord)]
+_BAD_HOST_COLUMNS = [f.name for f in fields(BadHost)]
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 # Each entry upgrades the schema by one version; append, never edit.
 _MIGRATIONS = [
@@ -132,18 +159,15 @@ class JobStore:
                 hint="check the disk is not full or read-only, or set HPC_LAUNCH_STATE_DIR to a writable directory",
             ) from None
         except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"the job store {self.path} is damaged ({exc})",
-                hint=(
-                    f"move it aside (mv {self.path} {self.path}.broken) "
-                    "and run `hpc-launch adopt` for jobs you still need"
-                ),
-            ) from None
+            raise StoreError(f"the job store {self.path} is damaged ({exc})", hint=self._move_aside()) from None
         except OSError as exc:
             raise StoreError(
                 f"cannot {doing} the job store {self.path}: {exc.strerror}",
                 hint="check its directory is writable, or set HPC_LAUNCH_STATE_DIR to a writable directory",
             ) from None
+
+    def _move_aside(self) -> str:
+        return f"move it aside (mv {self.path} {self.path}.broken) and run `hpc-launch adopt` for jobs you still need"
 
     def _open(self) -> None:
         if not self.path.parent.exists():
@@ -186,17 +210,46 @@ class JobStore:
                 )
             for sql in _MIGRATIONS[current:]:
                 for statement in filter(str.strip, sql.split(";")):
-                    db.execute(statement)
+                    try:
+                        db.execute(statement)
+                    except sqlite3.OperationalError as exc:  # e.g. another program's `jobs` table
+                        if "locked" in str(exc) or "busy" in str(exc):
+                            raise
+                        raise StoreError(
+                            f"the job store {self.path} cannot be brought to schema {SCHEMA_VERSION} ({exc})",
+                            hint=self._move_aside(),
+                        ) from None
             if row is None:
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
             elif current < SCHEMA_VERSION:
                 db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+            self._check_tables(db)
+
+    def _check_tables(self, db: sqlite3.Connection) -> None:
+        """A store whose schema version is current but whose tables were dropped or changed would
+        take no record: refuse it on open, with the fix."""
+        for table, columns in (("jobs", _COLUMNS), ("bad_hosts", _BAD_HOST_COLUMNS)):
+            have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in columns if c not in have]
+            if missing:
+                what = f"no `{table}` table" if not have else f"no column {', '.join(missing)} in its `{table}` table"
+                raise StoreError(
+                    f"the job store {self.path} has {what}, so it cannot record jobs", hint=self._move_aside()
+                )
 
     def check_writable(self) -> None:
-        """A write that changes nothing: a store that could not take a record fails here, before
-        a job exists that it would have to record."""
-        with self._write() as db:
-            db.execute("UPDATE schema_version SET version = version")
+        """Write a job's row and roll it back: a store that could not take the record fails here,
+        before a job exists that it would have to record."""
+        row = _to_row(asdict(JobRecord("", "", "", "", "", "", "", "", "", 0.0)))
+        with self._guard("write"), self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})",
+                    [row[c] for c in _COLUMNS],
+                )
+            finally:
+                self._db.execute("ROLLBACK")
 
     def add(self, rec: JobRecord) -> None:
         """Record a submitted job. Schedulers reuse ids (PBS and Grid Engine wrap around), so a
@@ -229,22 +282,27 @@ class JobStore:
             on = f" on cluster {cluster}" if cluster else ""
             raise JobNotFound(f"no record of job {job_id}{on}", hint="`hpc-launch list` shows the recorded jobs")
         if len(rows) > 1:
-            recs = [_from_row(r) for r in rows]
-            clusters = sorted({r.cluster for r in recs})
+            keys = [dict(zip(_COLUMNS, r)) for r in rows]  # only the keys: one row may be damaged
+            clusters = sorted({k["cluster"] for k in keys})
             if len(clusters) > 1:
                 raise AmbiguousJob(
                     f"job id {job_id} is recorded on clusters {', '.join(clusters)}",
                     hint="choose one with --cluster " + " or --cluster ".join(clusters),
                 )
             raise HpcLaunchError(
-                f"job id {job_id} matches {', '.join(r.job_id for r in recs)}", hint="give the full job id"
+                f"job id {job_id} matches {', '.join(k['job_id'] for k in keys)}", hint="give the full job id"
             )
-        return _from_row(rows[0])
+        return _from_row(rows[0], self.path)
 
     def list(
-        self, cluster: Optional[str] = None, active_only: bool = False, limit: Optional[int] = None
+        self,
+        cluster: Optional[str] = None,
+        active_only: bool = False,
+        limit: Optional[int] = None,
+        on_damaged: Optional[Callable[[DamagedRecord], None]] = None,
     ) -> List[JobRecord]:
-        """Newest first."""
+        """Newest first. A damaged row is left out (the others are listed) and handed to
+        `on_damaged`, which the commands that list jobs use to name it."""
         sql = f"{_SELECT} WHERE 1=1"
         args: List[object] = []
         if cluster:
@@ -260,7 +318,14 @@ class JobStore:
             args.append(int(limit))
         with self._guard("read"), self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [_from_row(r) for r in rows]
+        records = []
+        for row in rows:
+            try:
+                records.append(_from_row(row, self.path))
+            except DamagedRecord as damaged:
+                if on_damaged is not None:
+                    on_damaged(damaged)
+        return records
 
     def update(self, cluster: str, job_id: str, **changes) -> None:
         unknown = set(changes) - (set(_COLUMNS) - set(_KEY_FIELDS))
@@ -330,8 +395,16 @@ def _to_row(values: dict) -> dict:
     return row
 
 
-def _from_row(row: tuple) -> JobRecord:
+def _from_row(row: tuple, path: Path) -> JobRecord:
+    """The record a row holds; DamagedRecord when a column does not decode to what it must."""
     values = dict(zip(_COLUMNS, row))
-    for key in _JSON_FIELDS:
-        values[key] = json.loads(values[key])
+    column = "state"
+    try:
+        JobState(values["state"])
+        for column, kind in _JSON_FIELDS.items():
+            values[column] = json.loads(values[column])
+            if not isinstance(values[column], kind):
+                raise ValueError(f"{type(values[column]).__name__} where a JSON {kind.__name__} belongs")
+    except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise DamagedRecord(path, values, f"column {column}: {exc}") from None
     return JobRecord(**values)

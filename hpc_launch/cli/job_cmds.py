@@ -69,16 +69,31 @@ def status(
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
     from ..jobs import lookup, refresh
-    from ..records import JobStore
+    from ..records import DamagedRecord, JobStore
 
     store = JobStore()
-    # a sweep's or a job array's id stands for all its jobs
-    records = (
-        [r for j in job_ids for r in lookup(store, j, cluster).records]
-        if job_ids
-        else store.list(cluster=cluster, active_only=True)
-    )
-    show_jobs(refresh(store, records), json_)
+    problems: List = []
+    records = []
+    for j in job_ids or []:
+        try:  # a sweep's or a job array's id stands for all its jobs
+            records += lookup(store, j, cluster).records
+        except DamagedRecord as damaged:
+            if len(job_ids) == 1:
+                raise
+            problems.append(damaged)
+    if not job_ids:
+        records = store.list(cluster=cluster, active_only=True, on_damaged=problems.append)
+    show_jobs(refresh(store, records, on_unreached=problems.append), json_)
+    _warn(problems, fail=True)
+
+
+def _warn(problems: List, fail: bool) -> None:
+    """One line per job that could not be shown up to date (records.DamagedRecord, jobs.state.Unreached);
+    with `fail`, exit with the worst of their codes once the others are shown."""
+    for problem in problems:
+        say(f"warning: {problem.one_line()}")
+    if fail and problems:
+        raise typer.Exit(max(p.exit_code for p in problems))
 
 
 @app.command("list")
@@ -94,9 +109,14 @@ def list_jobs(
     from ..records import JobStore
 
     store = JobStore()
-    records = store.list(cluster=cluster, active_only=active, limit=limit)
+    damaged: List = []
+    unreached: List = []
+    records = store.list(cluster=cluster, active_only=active, limit=limit, on_damaged=damaged.append)
     # jobs on this machine with no scheduler cost one local `ps`: always show their real state
-    show_jobs(refresh(store, records if refresh_ else [r for r in records if refresh_is_cheap(r)], keep=records), json_)
+    asked = records if refresh_ else [r for r in records if refresh_is_cheap(r)]
+    show_jobs(refresh(store, asked, keep=records, on_unreached=unreached.append), json_)
+    _warn(damaged, fail=False)  # the records are what `list` shows: a damaged one is named, not a failure
+    _warn(unreached, fail=True)
 
 
 @app.command()

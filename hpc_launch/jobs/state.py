@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from .. import dialects
 from ..dialects import Dialect, StatusInfo
-from ..errors import HpcLaunchError
+from ..errors import HpcLaunchError, SchedulerError, TransportError
 from ..logs import read_exit_code
 from ..protocol import (
     BAD_HOST_TTL_S,
@@ -232,24 +232,63 @@ def refresh_is_cheap(rec: JobRecord) -> bool:
     return rec.host == LOCAL_HOST and not dialects.get(rec.dialect).has_scheduler and not JobState(rec.state).terminal
 
 
+@dataclass(frozen=True)
+class Unreached:
+    """A (cluster, host) whose jobs could not be refreshed: they keep their last known state."""
+
+    cluster: str
+    host: str
+    job_ids: List[str]
+    error: HpcLaunchError
+
+    @property
+    def exit_code(self) -> int:
+        return self.error.exit_code
+
+    def one_line(self) -> str:
+        via = "" if self.host == LOCAL_HOST else f" via {self.host}"
+        return (
+            f"not refreshed: job(s) {', '.join(self.job_ids)} on {self.cluster}{via} keep their last known state: "
+            f"{self.error.one_line()}"
+        )
+
+
 def refresh(
     store: JobStore,
     records: Iterable[JobRecord],
     transport_for: TransportFor = transport_for,
     keep: Optional[List[JobRecord]] = None,
+    on_unreached: Optional[Callable[[Unreached], None]] = None,
 ) -> List[JobRecord]:
     """Update the store for every active record: one scheduler query per (cluster, host).
-    Returns `keep` (default: `records`) as stored afterwards."""
+    Returns `keep` (default: `records`) as stored afterwards.
+
+    A host that cannot be reached (or whose scheduler fails) does not stop the others: its jobs
+    keep their last known state and it goes to `on_unreached`; without one, the first such error
+    is raised once every other host has been refreshed."""
     records = list(records)
     groups: Dict[tuple, List[JobRecord]] = {}
     for rec in records:
         if not JobState(rec.state).terminal:
             groups.setdefault((rec.cluster, rec.host), []).append(rec)
-    for (_cluster, host), recs in groups.items():
-        transport = transport_for(host)
-        answers = query(transport, recs)
-        for rec in recs:
-            store_outcome(store, rec, answers[rec.job_id], transport)
+    down: Dict[str, TransportError] = {}  # a host that failed is not tried again for its other clusters
+    unreached: List[Unreached] = []
+    for (cluster, host), recs in groups.items():
+        try:
+            if host in down:
+                raise down[host]
+            transport = transport_for(host)
+            answers = query(transport, recs)
+            for rec in recs:
+                store_outcome(store, rec, answers[rec.job_id], transport)
+        except (TransportError, SchedulerError) as exc:
+            if isinstance(exc, TransportError):
+                down[host] = exc
+            unreached.append(Unreached(cluster, host, [r.job_id for r in recs], exc))
+    for gone in unreached:
+        if on_unreached is None:
+            raise gone.error
+        on_unreached(gone)
     return [store.get(r.job_id, r.cluster) for r in (records if keep is None else keep)]
 
 
