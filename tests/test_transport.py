@@ -228,18 +228,92 @@ def test_closed_port_fails_fast_after_bounded_retries(server, tmp_path):
     assert "cannot connect" in str(info.value)
 
 
-def test_silent_server_hits_the_connect_timeout(server, tmp_path):
-    with socket.socket() as silent:  # accepts TCP (kernel backlog) but never sends an SSH banner
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        cfg = write_ssh_config(tmp_path / "config", [server.block(alias="silent", Port=str(silent.getsockname()[1]))])
-        t = SSHTransport("silent", ssh_config=str(cfg), connect_timeout=0.5, retries=1, backoff=0.1)
+class _Silent:
+    """A TCP listener on 127.0.0.1 that accepts every connection and never writes: not an SSH server."""
+
+    def __init__(self, close_at_once: bool = False):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list = []
+        self.close_at_once = close_at_once
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            if self.close_at_once:
+                conn.close()
+            self.accepted.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+def test_silent_server_is_named_once_without_retrying(server, tmp_path):
+    silent = _Silent()
+    try:
+        cfg = write_ssh_config(tmp_path / "config", [server.block(alias="silent", Port=str(silent.port))])
+        t = SSHTransport("silent", ssh_config=str(cfg), connect_timeout=0.5, retries=3, backoff=0.1)
         start = time.monotonic()
-        with pytest.raises(TransportError):
+        with pytest.raises(TransportError) as info:
             t.run(["true"])
         elapsed = time.monotonic() - start
-    assert 0.9 < elapsed < 4
-    assert t.connect_attempts == 2
+    finally:
+        silent.close()
+    # another try would wait as long for the same silence
+    assert t.connect_attempts == 1 and 0.4 < elapsed < 2
+    text = str(info.value)
+    assert f"127.0.0.1:{silent.port} (silent) accepted the connection but sent no SSH banner within 0.5 s" in text
+    assert "is it an SSH server?" in text and f"check HostName and Port of silent in {cfg}" in text
+    assert info.value.maybe_ran is False
+
+
+def test_silent_server_is_one_line_on_stderr_for_status(tmp_path, hpc_launch_bin):
+    """`status` against it: one line naming the banner, promptly (ssh_config ConnectTimeout), no paramiko traceback."""
+    silent = _Silent()
+    cfg = write_ssh_config(
+        tmp_path / "config", [f"Host silent\n  HostName 127.0.0.1\n  Port {silent.port}\n  ConnectTimeout 2\n"]
+    )
+    env = {**os.environ, "HPC_LAUNCH_SSH_CONFIG": str(cfg)}
+    try:
+        adopted = subprocess.run(
+            [hpc_launch_bin, "adopt", "123", "--cluster", "slurm", "--workdir", "/x", "--login", "silent"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        assert adopted.returncode == 0, adopted.stderr
+        start = time.monotonic()
+        r = subprocess.run([hpc_launch_bin, "status"], capture_output=True, text=True, env=env, timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        silent.close()
+    assert elapsed < 2 + 4  # one try of 2 s, and the CLI's start
+    assert "Traceback" not in r.stderr and "No existing session" not in r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert f"127.0.0.1:{silent.port} (silent) accepted the connection but sent no SSH banner within 2 s" in r.stderr
+
+
+def test_connection_closed_before_the_banner_is_retried(server, tmp_path):
+    """sshd's MaxStartups drops a connection before its banner: a retry can get in."""
+    closing = _Silent(close_at_once=True)
+    try:
+        cfg = write_ssh_config(tmp_path / "config", [server.block(alias="closing", Port=str(closing.port))])
+        t = SSHTransport("closing", ssh_config=str(cfg), retries=2, backoff=0.05)
+        with pytest.raises(TransportError) as info:
+            t.run(["true"])
+    finally:
+        closing.close()
+    assert t.connect_attempts == 3
+    assert "cannot connect to closing" in str(info.value)
 
 
 def test_connect_retries_until_the_server_comes_up(tmp_path):

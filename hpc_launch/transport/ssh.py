@@ -23,6 +23,9 @@ from .remote_command import strip_preamble, wrap_remote_command
 from .ssh_config import SshConfig
 
 log = logging.getLogger(__name__)
+# paramiko's transport thread logs every failed handshake at ERROR with its traceback; with no
+# handler configured, Python prints those on stderr. The failure reaches the caller as one error.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class _Unknown(Exception):
@@ -81,10 +84,10 @@ class SSHTransport:
                     sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
                 t = paramiko.Transport(sock)
                 transports.append(t)
-                t.banner_timeout = t.auth_timeout = timeout
+                t.banner_timeout = t.handshake_timeout = t.auth_timeout = timeout
                 known = host_keys.known_keys(hop)
                 host_keys.prefer_known_key_types(t, known)
-                t.start_client(timeout=timeout)
+                self._handshake(t, hop, timeout)
                 # checked before any credential is offered
                 host_keys.verify_host_key(hop, t.get_remote_server_key(), known, self.config.ssh_command(hop.alias))
                 authenticate(hop, t)
@@ -95,8 +98,31 @@ class SSHTransport:
                 t.close()
             raise
 
+    def _handshake(self, t, hop, timeout: float) -> None:
+        """The SSH banner and key exchange, bounded by paramiko's own timeouts (set to the hop's);
+        an endpoint that accepts TCP but never speaks SSH is named, not retried."""
+        import paramiko
+
+        try:
+            # paramiko's banner and handshake timeouts end it first: waiting as long here would race
+            # them and end with a bare "No existing session"
+            t.start_client(timeout=2 * timeout + 5)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if t.remote_version or not _timed_out(exc):
+                raise
+        else:
+            if t.initial_kex_done:
+                return
+            if t.remote_version:
+                raise paramiko.SSHException(f"no SSH key exchange within {timeout:g} s")
+        where = f"{hop.hostname}:{hop.port}" + (f" ({hop.alias})" if hop.alias != hop.hostname else "")
+        raise transport_error(
+            f"{where} accepted the connection but sent no SSH banner within {timeout:g} s: is it an SSH server?",
+            hint=f"check HostName and Port of {hop.alias} in {self.ssh_config_path}",
+        )
+
     def _connect(self) -> None:
-        """Connect with bounded retries; only transient failures are retried."""
+        """Connect with bounded retries; only failures a retry can fix are retried (_worth_retrying)."""
         import paramiko
 
         delay = self.backoff
@@ -111,7 +137,7 @@ class SSHTransport:
             except TransportError:
                 raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
-                if attempt == self.retries:
+                if attempt == self.retries or not _worth_retrying(exc):
                     raise transport_error(
                         f"cannot connect to {self.host}: {_describe(exc)} "
                         f"(after {attempt + 1} attempt{'s' if attempt else ''})",
@@ -362,6 +388,27 @@ def _sftp_makedirs(sftp, path: str) -> None:
             sftp.mkdir(p)
         except OSError:
             sftp.stat(p)  # created meanwhile by someone else is fine; anything else re-raises
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A timeout, or an error paramiko raised from one (its "Error reading SSH protocol banner")."""
+    return any(isinstance(e, socket.timeout) for e in (exc, exc.__cause__, exc.__context__))
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """Fast failures that a restarting or busy sshd explains: refused, reset, closed before its
+    banner (sshd's MaxStartups drops), a proxy or jump host that could not connect yet. Not a
+    timeout (the hop's whole ConnectTimeout was spent on silence; another try waits as long for the
+    same), nor a protocol error (the same server answers the same)."""
+    import paramiko
+
+    if _timed_out(exc):
+        return False
+    if isinstance(exc, (paramiko.ProxyCommandFailure, paramiko.ChannelException)):
+        return True
+    if isinstance(exc, paramiko.SSHException):
+        return isinstance(exc.__cause__ or exc.__context__, (OSError, EOFError))
+    return True
 
 
 def _describe(exc: BaseException) -> str:
