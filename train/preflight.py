@@ -312,7 +312,10 @@ def _store(env: Mapping[str, str], info: RankInfo, *, serve: bool, limit: float)
     except Exception:  # noqa: BLE001 - not a store: some other program holds the port
         raise PreflightError(
             f"MASTER_PORT {port} on {socket.gethostname()} is held by another program",
-            hint="the job picks a free port at its start; a second job on this node may have taken it: submit again",
+            hint=(
+                "the job script took the first port free on this node from the profile's rendezvous.port_base; "
+                "another program bound it before rank 0 did: submit again, or pass --env MASTER_PORT=PORT"
+            ),
         ) from None
 
 
