@@ -399,6 +399,13 @@ _ERRORISH = re.compile(
 )
 _ROUTINE = re.compile(r"\[(INFO|WARNING|DEBUG)\]|^\[hpc-train\]")
 _EVIDENCE_CHARS = 220
+# What a terminal would act on rather than show (ESC starts a colour or moves the cursor, BEL
+# rings, C1 and bidi controls reorder) in the log text doctor prints: shown as \x1b, \u202e.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(text: str) -> str:
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 @dataclass(frozen=True)
@@ -488,11 +495,11 @@ def _clip(line: str, at: int) -> str:
 def _finding(
     cause: Cause, groups: Dict[str, Optional[str]], evidence: str, line_no: Optional[int], *, strong: bool
 ) -> Finding:
-    values = {k: v.strip() for k, v in groups.items() if v}
+    values = {k: _visible(v.strip()) for k, v in groups.items() if v}
     if {"micro", "accum", "world"} <= values.keys():
         values["want"] = str(int(values["micro"]) * int(values["accum"]) * int(values["world"]))
     text = cause.cause if strong or not cause.weak_cause else cause.weak_cause
-    return Finding(cause, _fill(text, values), _fill(cause.fix, values), evidence, line_no, strong)
+    return Finding(cause, _fill(text, values), _fill(cause.fix, values), _visible(evidence), line_no, strong)
 
 
 def _fill(template: str, values: Dict[str, str]) -> str:
@@ -505,12 +512,10 @@ def _fill(template: str, values: Dict[str, str]) -> str:
 
 
 def _errorish_tail(lines: List[str], n: int = 3) -> List[Tuple[int, str]]:
-    picked = [
-        (i + 1, _clip(line, 0)) for i, line in enumerate(lines) if _ERRORISH.search(line) and not _ROUTINE.search(line)
-    ]
+    picked = [i for i, line in enumerate(lines) if _ERRORISH.search(line) and not _ROUTINE.search(line)]
     if not picked:
-        picked = [(i + 1, _clip(line, 0)) for i, line in enumerate(lines) if line.strip()]
-    return picked[-n:]
+        picked = [i for i, line in enumerate(lines) if line.strip()]
+    return [(i + 1, _visible(_clip(lines[i], 0))) for i in picked[-n:]]
 
 
 def _where(f: Finding) -> str:

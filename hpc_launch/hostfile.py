@@ -16,11 +16,15 @@ Standard library only: this runs inside every job, often on 1000s of nodes.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from .errors import HostfileError
 from .nodelist import count_hosts, expand_slurm_nodelist, read_node_file
+
+
+# Ranks per node: DeepSpeed starts one process per slot, and no node has thousands of GPUs or cores.
+MAX_SLOTS = 4096
 
 
 def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tuple[str, "OrderedDict[str, int]"]:
@@ -80,8 +84,10 @@ def format_hostfile(hosts: "OrderedDict[str, int]", slots: Optional[int]) -> str
     """`slots` fixes every node's count (the profile's GPUs); None keeps the counts seen."""
     if not hosts:
         raise HostfileError("the node list is empty")
-    if slots is not None and slots < 1:
-        raise HostfileError(f"--slots must be at least 1, not {slots}")
+    if slots is not None and not 1 <= slots <= MAX_SLOTS:
+        raise HostfileError(
+            f"--slots must be from 1 to {MAX_SLOTS}, not {slots}", hint="give the GPUs or ranks per node"
+        )
     return "".join(f"{h} slots={slots if slots is not None else n}\n" for h, n in hosts.items())
 
 
@@ -113,7 +119,13 @@ def build(
 ) -> str:
     if hosts:
         # Slurm hostlist syntax too: a plain split on "," would turn `n[1,3]` into hosts `n[1`, `3]`
-        found = count_hosts(expand_slurm_nodelist(hosts), "--hosts")
+        listed = expand_slurm_nodelist(hosts)
+        found = count_hosts(listed, "--hosts")
+        if len(found) < len(listed):  # a repeat would silently count as a second slot
+            twice = next(h for h, n in Counter(listed).items() if n > 1)
+            raise HostfileError(
+                f"host {twice} is listed twice in --hosts", hint="name each host once; --slots N sets the slots"
+            )
     elif nodefile:
         found = nodes_from_file(nodefile)
     else:

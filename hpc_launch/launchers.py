@@ -31,6 +31,8 @@ class Launcher:
     single_node: bool = False
     # Renders a per-local-rank CPU list (the profile's launch.cpu_bind).
     cpu_bind: bool = False
+    # Creates the profile's launch.node_dirs on every node before the ranks start.
+    node_dirs: bool = False
     # Starts ranks on the hosts of the job's hostfile (not on every allocated node): --spares works.
     places_by_hostfile: bool = True
 
@@ -78,7 +80,12 @@ _LAUNCHERS: Dict[str, Launcher] = {
         ),
         Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)", ("torch",), "mpirun -x NAME"),
         Launcher(
-            "srun", "Slurm srun, one task per GPU", ("slurm",), "srun (whole environment)", places_by_hostfile=False
+            "srun",
+            "Slurm srun, one task per GPU",
+            ("slurm",),
+            "srun (whole environment)",
+            places_by_hostfile=False,
+            node_dirs=True,
         ),
         Launcher(
             "srun-torchrun",

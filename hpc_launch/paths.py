@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 _PKG = Path(__file__).resolve().parent
 
@@ -36,3 +36,63 @@ def clusters_dirs() -> List[Path]:
 def templates_dirs() -> List[Path]:
     # User templates first: a file of the same name overrides the shipped one.
     return [user_config_dir() / "templates", _shipped("templates")]
+
+
+# Profiles, project files and templates are a few KiB: a bigger one is a mistake (a log, a device).
+USER_FILE_LIMIT = 1 << 20
+# Values one YAML file may expand to: the biggest shipped profile holds a few hundred, and an
+# alias (*name) repeats its anchor's values, so nested aliases grow exponentially ("billion laughs").
+YAML_VALUE_LIMIT = 100_000
+
+
+class NotAUserFile(OSError):
+    """A directory, a device, a FIFO or a file too big where a small text file was expected."""
+
+
+def read_user_file(path: Path, limit: int = USER_FILE_LIMIT) -> str:
+    """The UTF-8 text of a file the user names: a regular file of at most `limit` bytes, so that a
+    directory, a FIFO or a device (/dev/zero) is an OSError naming why instead of a read that never
+    ends. Raises NotAUserFile or another OSError (its strerror says why), or UnicodeDecodeError."""
+    import errno
+    import stat
+
+    # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise NotAUserFile(errno.EISDIR, "is a directory, not a file", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            if os.path.samestat(st, os.stat(os.devnull)):  # `--config /dev/null`: deliberately empty
+                return ""
+            raise NotAUserFile(errno.EINVAL, "is not a regular file but a device, FIFO or socket", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)  # the file may have grown since fstat
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise NotAUserFile(errno.EFBIG, f"is larger than {limit // 1024} KiB", str(path))
+    return data.decode("utf-8")
+
+
+def load_yaml(text: str) -> Any:
+    """YAML (safe types only) that expands to at most YAML_VALUE_LIMIT values: aliases are
+    resolved to shared objects, so a "billion laughs" loads at once and costs only when walked
+    (str(), a deep merge, validation): count the values as if expanded, and stop at the limit."""
+    import yaml
+
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    stack, seen = [data], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > YAML_VALUE_LIMIT:
+            raise yaml.YAMLError(
+                f"it expands to more than {YAML_VALUE_LIMIT} values through aliases (*name); write the values out"
+            )
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple, set)):
+            stack.extend(value)
+    return data

@@ -203,6 +203,7 @@ def _entry_args(point: Any) -> Any:
 def check_points(points: Sequence[Any]) -> None:
     """Refuse the first impossible point, with one line; nothing is submitted. Cheap checks first
     for every point, then DeepSpeed's validator and the memory estimators."""
+    from train.data import train_samples
     from train.ds_config import build_config, resolve_batch
     from train.errors import TrainError
 
@@ -224,6 +225,13 @@ def check_points(points: Sequence[Any]) -> None:
             raise SpecError(
                 f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): {exc.message}", hint=exc.hint
             ) from None
+        samples = train_samples(args.data, args.synthetic_samples)
+        if samples is not None and samples // world // batch.micro < batch.accum:  # the trainer's own refusal
+            raise SpecError(
+                f"sweep point {p.index + 1} ({p.label}, {world} rank(s)): one optimizer step takes "
+                f"{batch.global_} samples but --data {args.data} has {samples} to train on",
+                hint="lower --micro-batch, --grad-accum or the node count",
+            )
         configs.append((p, cfg, world))
     from train.ds_config import validate
 

@@ -25,7 +25,7 @@ from .dialects import names as dialect_names
 from .errors import ProfileError
 from .launchers import get as launcher_entry
 from .launchers import names as launcher_names
-from .paths import clusters_dirs
+from .paths import NotAUserFile, clusters_dirs, load_yaml, read_user_file
 from .protocol import PLACEHOLDERS
 from .walltime import parse_walltime
 
@@ -128,6 +128,9 @@ class Modules(_Strict):
     init: Optional[str] = None  # a shell line, e.g. `source /etc/profile.d/modules.sh`
     purge: bool = False
     load: List[str] = []
+    # a shell line run after the modules are loaded (OLCF Frontier: LD_LIBRARY_PATH from CRAY_LD_LIBRARY_PATH;
+    # ALCF Polaris: `conda activate base`, the env a --venv is made on top of)
+    after: Optional[str] = None
 
 
 class PythonEnv(_Strict):
@@ -166,6 +169,8 @@ class Launch(_Strict):
     unset_env: List[str] = []
     # CPUs for each local rank, rank i gets entry i (the cores nearest GPU i); launchers with cpu_bind.
     cpu_bind: List[str] = []
+    # Node-local directories the ranks need (Frontier's MIOpen cache on /tmp): created on every node before launch.
+    node_dirs: List[str] = []
 
     def __post_init__(self):
         for name in self.unset_env:
@@ -176,6 +181,11 @@ class Launch(_Strict):
                 raise ValueError(f"cpu_bind: {cpus!r} is not a CPU list such as 24-31 or 0,32")
         if self.cpu_bind and not launcher_entry(self.launcher).cpu_bind:
             raise ValueError(f"cpu_bind is not rendered by the {self.launcher} launcher")
+        for d in self.node_dirs:
+            if not d.startswith("/") or re.search(r"[\x00-\x1f\x7f]", d):
+                raise ValueError(f"node_dirs: {d!r} is not an absolute directory")
+        if self.node_dirs and not launcher_entry(self.launcher).node_dirs:
+            raise ValueError(f"node_dirs are not created by the {self.launcher} launcher")
 
 
 class Profile(_Strict):
@@ -192,6 +202,9 @@ class Profile(_Strict):
     commands: Dict[str, str] = {}
     queues: Dict[str, Queue] = {}
     default_queue: Optional[str] = None
+    # Tried in order, without --queue, when default_queue does not take the job's node count or
+    # walltime (Aurora: debug-scaling from 2 nodes, debug for one, prod from 256)
+    queue_fallbacks: List[str] = []
     default_walltime: str = "01:00:00"
     group: Group = msgspec.field(default_factory=Group)
     directives: List[str] = []
@@ -216,6 +229,9 @@ class Profile(_Strict):
             raise ValueError(
                 f"default_queue {self.default_queue!r} is not one of the queues ({', '.join(sorted(self.queues))})"
             )
+        for name in self.queue_fallbacks:
+            if name not in self.queues:
+                raise ValueError(f"queue_fallbacks: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
         for line in list(self.directives) + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
@@ -343,19 +359,21 @@ _Found = Dict[str, Tuple[Dict[str, Any], List[Path]]]
 
 
 def _read_yaml(path: Path) -> Dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise ProfileError(
-            f"{path} line {line}: not valid UTF-8 (byte {exc.object[exc.start]:#04x})", hint="save the file as UTF-8"
-        ) from None
     import yaml  # only when a file changed since it was last parsed (see ParsedCache)
 
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = load_yaml(read_user_file(path))
+    except NotAUserFile as exc:
+        raise ProfileError(
+            f"cannot read profile {path}: {exc.strerror}", hint="a profile is a small YAML file"
+        ) from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ProfileError(
+            f"{path} line {line}: not valid UTF-8 (byte {exc.object[exc.start]:#04x})", hint="save the file as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -6,6 +6,7 @@ Its own module so that the msgspec schema is built only when a project has such 
 
 # No `from __future__ import annotations`: the schema class is built inside a function and
 # msgspec must see its annotations evaluated there, not as strings.
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +23,7 @@ def find_project_config(start: Optional[Path] = None) -> Optional[Path]:
     for directory in [here, *here.parents]:
         for name in PROJECT_CONFIG_NAMES:
             candidate = directory / name
-            if candidate.is_file():
+            if os.path.lexists(candidate):  # a directory or a dangling link here is an error, not "no file"
                 return candidate
         if (directory / ".git").exists():
             break
@@ -80,10 +81,17 @@ def load_project_config(path: Path) -> Dict[str, Any]:
     import msgspec
     import yaml
 
+    from .paths import NotAUserFile, load_yaml, read_user_file
+
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        data = load_yaml(read_user_file(path)) or {}
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not valid UTF-8 (byte {exc.start})", hint="save it as UTF-8") from None
+    except NotAUserFile as exc:
+        raise SpecError(
+            f"{path}: cannot read the project config ({exc.strerror})",
+            hint="a project file is a small YAML file: rename or remove this one, or name another with --config",
+        ) from None
     except (OSError, yaml.YAMLError) as exc:
         raise SpecError(
             f"{path}: cannot read the project config "

@@ -3,7 +3,7 @@
 Shell safety is structural: the Jinja environment quotes EVERY value it prints (`finalize`
 runs shlex.quote), the way HTML templates autoescape. Only `Sh` strings pass through as they
 are, and `Sh` is built here from quoted parts or from profile lines that are shell by design
-(modules.init, conda_setup). Directive lines are comments to the shell but the scheduler reads
+(modules.init, modules.after, conda_setup). Directive lines are comments to the shell but the scheduler reads
 them, so they are checked to be single lines before they get near a template.
 """
 
@@ -132,6 +132,28 @@ def _bytecode_cache(jinja2):
         return None
 
 
+def _loader(jinja2, searchpath: List[str]):
+    """jinja2's loader skips whatever is not a file, so an override that is a directory (or a
+    FIFO, a dangling link) would quietly give the shipped template: refuse it instead."""
+    from jinja2.loaders import split_template_path
+
+    class Loader(jinja2.FileSystemLoader):
+        def get_source(self, environment, template):
+            for directory in self.searchpath:
+                filename = os.path.join(directory, *split_template_path(template))
+                if os.path.lexists(filename):
+                    if not os.path.isfile(filename):
+                        kind = "a directory" if os.path.isdir(filename) else "not a regular file"
+                        raise TemplateError(
+                            f"template override {filename} is {kind}",
+                            hint="make it a template file, or remove it to use the shipped one",
+                        )
+                    break
+            return super().get_source(environment, template)
+
+    return Loader(searchpath)
+
+
 def _environment():
     global _ENV
     if _ENV is None:
@@ -140,7 +162,7 @@ def _environment():
         from .paths import templates_dirs
 
         _ENV = jinja2.Environment(
-            loader=jinja2.FileSystemLoader([str(p) for p in templates_dirs()]),
+            loader=_loader(jinja2, [str(p) for p in templates_dirs()]),
             bytecode_cache=_bytecode_cache(jinja2),
             finalize=_finalize,
             trim_blocks=True,
@@ -265,6 +287,7 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         log_name=log_name,
         tee=p.log.live == "tee",
         modules_init=Sh(p.modules.init) if p.modules.init else None,
+        modules_after=Sh(p.modules.after) if p.modules.after else None,
         venv_path=path_expr(job.venv) if job.venv else None,
         conda_env=(path_expr(job.conda) if "/" in job.conda else q(job.conda)) if job.conda else None,
         conda_setup=Sh(p.python.conda_setup) if p.python.conda_setup else None,

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from . import dialects, launchers, site_rules
 from .errors import SpecError
-from .profiles import Profile
+from .profiles import Profile, Queue
 from .protocol import LOCAL_HOST, PLACEHOLDERS
 from .walltime import hms, minutes, parse_walltime
 
@@ -66,8 +66,31 @@ class JobSpec:
         return [f.name for f in fields(cls)]
 
 
+# The option that sets each JobSpec value given as text: an empty one is refused, never read as "the default".
+_TEXT_OPTIONS = {
+    "cluster": "--cluster",
+    "queue": "--queue",
+    "walltime": "--walltime",
+    "group": "--group",
+    "name": "--name",
+    "script": "--script",
+    "workdir": "--workdir",
+    "venv": "--venv",
+    "conda": "--conda",
+    "login": "--login",
+    "stop_before": "--stop-before",
+}
+
+
 def spec_from(config: Dict[str, Any], overrides: Dict[str, Any]) -> JobSpec:
     """Project config values, then command-line options (only those given) on top."""
+    for source, values in (("hpc-launch.yaml key", config), ("", overrides)):
+        for key, option in _TEXT_OPTIONS.items():
+            value = values.get(key)
+            if isinstance(value, str) and not value.strip():
+                # `-c ''` (an unset shell variable) must not quietly become the default cluster
+                what = f"{source} `{key}`" if source else option
+                raise SpecError(f"{what} is empty", hint="give a value, or leave it out for the default")
     merged = dict(config)
     for key, value in overrides.items():
         if value is None or value == [] or value == {}:
@@ -196,6 +219,13 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         listed = spec.hosts if spec.hosts is not None else p.hosts
         spec = replace(spec, hosts=[h for h in listed if h not in spec.exclude])
 
+    if spec.directives and not dialect.has_scheduler:
+        raise SpecError(
+            f"--directive {spec.directives[0]!r}: {p.name} has no scheduler to read directives",
+            hint="drop --directive, or submit to a cluster with a scheduler",
+        )
+    spec = _directive_options(spec, p, dialect)
+
     if not _NAME.match(spec.name or ""):
         raise SpecError(
             f"job name {spec.name!r} is not usable",
@@ -207,7 +237,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     if not isinstance(spec.nodes, int) or spec.nodes < 1:
         raise SpecError(f"--nodes must be a whole number of at least 1, not {spec.nodes!r}")
 
-    queue_name = spec.queue or p.default_queue
+    queue_name = spec.queue or _default_queue(p, spec.nodes, spec.walltime)
     queue = None
     if queue_name:
         _check_token(queue_name, "queue", "pass --queue with a plain name")
@@ -236,14 +266,22 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         walltime_s = parse_walltime(str(raw_wall))
     except ValueError as exc:
         raise SpecError(f"--walltime: {exc}") from None
+    if walltime_s > MAX_WALLTIME_S:
+        raise SpecError(
+            f"--walltime {hms(walltime_s)} is more than a year, longer than any site allows",
+            hint="ask for what one job may run, e.g. --walltime 24:00:00, and --chain N links for longer",
+        )
     if queue and queue.max_walltime and walltime_s > parse_walltime(queue.max_walltime):
         raise SpecError(
             f"--walltime {hms(walltime_s)} is above the {queue_name} maximum of {queue.max_walltime} {where}",
             hint=f"use --walltime {queue.max_walltime} or less",
         )
     stop_before_s = _stop_before(spec, walltime_s) if dialect.has_scheduler else 0
-    if not isinstance(spec.chain, int) or spec.chain < 1:
-        raise SpecError(f"--chain must be a whole number of at least 1, not {spec.chain!r}")
+    if isinstance(spec.chain, bool) or not isinstance(spec.chain, int) or not 1 <= spec.chain <= MAX_CHAIN:
+        raise SpecError(
+            f"--chain must be a whole number from 1 to {MAX_CHAIN}, not {spec.chain!r}",
+            hint="every link waits in the queue from the start: chain fewer, longer jobs",
+        )
     if spec.chain > 1 and not dialect.has_scheduler:
         raise SpecError(
             f"--chain needs a scheduler to hold each link until the one before ends; {p.name} has none",
@@ -345,8 +383,15 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             )
 
     hosts = list(spec.hosts if spec.hosts is not None else p.hosts)
+    seen: set = set()
     for host in hosts:
         _check_token(host, "host", "hosts are names or IP addresses")
+        if host in seen:  # DeepSpeed refuses a hostfile naming a host twice
+            raise SpecError(
+                f"host {host} is listed twice in --hosts (or the profile's hosts:)",
+                hint="name each host once; --gpus-per-node sets the ranks on each",
+            )
+        seen.add(host)
     exclude, spares = _avoidance(spec, dialect, launcher, hosts)
     if spec.gather is not None:  # the other hosts announce their addresses when the job starts (hpc_launch/gather.py)
         if dialect.has_scheduler or not launcher.over_ssh:
@@ -438,6 +483,127 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
 
 
 MAX_SPARES = 64
+# Each link is a job waiting in the queue from the start; sites cap a user's queued jobs far below
+# this (Slurm MaxSubmitJobs, PBS max_queued), and a thousand walltimes is years of training.
+MAX_CHAIN = 1000
+# Longer than any site's queue allows (ABCI's longest: 168 h); beyond it is a typo (`--walltime
+# 9999h`), and Slurm reads a huge minute count as its INFINITE/NO_VAL markers. Longer runs: --chain.
+MAX_WALLTIME_S = 365 * 86400
+
+# Placeholders a profile's directive carries that hpc-launch checks against the site's limits,
+# and the option that sets each: a --directive setting one goes through the option's checks.
+_CHECKED = {
+    "walltime": "--walltime",
+    "walltime_minutes": "--walltime",
+    "queue": "--queue",
+    "nodes": "--nodes",
+    "gpus_per_node": "--gpus-per-node",
+}
+
+
+def _takes(queue: Queue, nodes: int, walltime: Optional[str]) -> bool:
+    if nodes < queue.min_nodes or (queue.max_nodes and nodes > queue.max_nodes) or queue.by_request:
+        return False
+    if queue.tiers and not any(t.min_nodes <= nodes <= t.max_nodes for t in queue.tiers):
+        return False
+    try:
+        asked = parse_walltime(str(walltime)) if walltime else None
+    except ValueError:
+        return True  # the walltime's own check says what is wrong with it
+    return not (asked and queue.max_walltime and asked > parse_walltime(queue.max_walltime))
+
+
+def _default_queue(p: Profile, nodes: Any, walltime: Optional[str]) -> Optional[str]:
+    """The profile's default queue, or the first of its queue_fallbacks that takes the job when
+    the default does not; the default again when none does (its limit is then the error)."""
+    if not p.default_queue or not p.queue_fallbacks or not isinstance(nodes, int):
+        return p.default_queue
+    for name in (p.default_queue, *p.queue_fallbacks):
+        if _takes(p.queues[name], nodes, walltime):
+            return name
+    return p.default_queue
+
+
+def _directive_options(spec: JobSpec, p: Profile, dialect) -> JobSpec:
+    """A --directive that sets what one of the profile's directives writes from a checked option
+    (`-l walltime=`, `--nodes=`, `-q`; known by the dialect's directive key) is read back through
+    that directive into the option, so the option's limits apply to it; one that cannot be read
+    back (another form, several resources on one line) is refused, naming the option."""
+    queues = [q for q in [*p.queues, spec.queue, p.default_queue] if q]
+    found: Dict[str, Any] = {}
+    for line in spec.directives:
+        keys = set(dialect.directive_keys(line))
+        for template in p.directives:
+            names = re.findall(r"{(\w+)}", template)
+            checked = [n for n in names if n in _CHECKED]
+            if not checked:
+                continue
+            # a key may hold a value (Grid Engine's `-l {queue}={nodes}`): try each queue's
+            filled = {k for q in queues or ["queue"] for k in dialect.directive_keys(_with_queue(template, q))}
+            if not keys & filled:
+                continue
+            options = " and ".join(dict.fromkeys(_CHECKED[n] for n in checked))
+            values = _read_back(template, line) if set(names) <= set(_CHECKED) else None
+            if values is None:
+                raise SpecError(
+                    f"--directive {line!r} sets what hpc-launch writes from {options} "
+                    f"and checks against {p.name}'s limits",
+                    hint=f"use {options} instead",
+                )
+            for name, value in values.items():
+                field_name = "walltime" if name == "walltime_minutes" else name
+                value = _option_value(name, value, line)
+                given = found.get(field_name, getattr(spec, field_name))
+                if given is not None and not _same(field_name, given, value):
+                    raise SpecError(
+                        f"--directive {line!r} and {_CHECKED[name]} {given} ask for different things",
+                        hint=f"give it once, with {_CHECKED[name]}",
+                    )
+                found[field_name] = value
+    return replace(spec, **found) if found else spec
+
+
+def _with_queue(template: str, queue: str) -> str:
+    return re.sub(r"{(\w+)}", lambda m: queue if m.group(1) == "queue" else "1", template)
+
+
+def _read_back(template: str, line: str) -> Optional[Dict[str, str]]:
+    """The placeholders' values in `line` written in the form of `template`; None: another form."""
+    names = re.findall(r"{(\w+)}", template)
+    pieces = re.split(r"{\w+}", " ".join(template.split()))
+    m = re.fullmatch(r"([^\s,]+?)".join(re.escape(piece) for piece in pieces), " ".join(line.split()))
+    if not m:
+        return None
+    values: Dict[str, str] = {}
+    for name, value in zip(names, m.groups()):
+        if values.setdefault(name, value) != value:
+            return None
+    return values
+
+
+def _option_value(name: str, value: str, line: str) -> Any:
+    if name in ("walltime", "walltime_minutes"):
+        if name == "walltime_minutes" and value.isdigit():
+            value = f"{value}m"  # Cobalt's -t takes minutes or HH:MM:SS
+        try:
+            parse_walltime(value)
+        except ValueError as exc:
+            raise SpecError(f"--directive {line!r}: {exc}", hint="use --walltime") from None
+        return value
+    if name in ("nodes", "gpus_per_node"):
+        if not value.isdigit():
+            raise SpecError(f"--directive {line!r}: {value!r} is not a whole number", hint=f"use {_CHECKED[name]} N")
+        return int(value)
+    return value
+
+
+def _same(field_name: str, a: Any, b: Any) -> bool:
+    if field_name == "walltime":
+        try:
+            return parse_walltime(str(a)) == parse_walltime(str(b))
+        except ValueError:
+            return False
+    return a == b
 
 
 def _avoidance(spec: JobSpec, dialect, launcher, hosts: List[str]) -> "tuple[List[str], int]":

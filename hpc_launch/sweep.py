@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import SpecError
@@ -49,8 +50,9 @@ def axis_values(axis: str, raw: Any, where: str) -> List[Any]:
             value = str(item).strip()
             if value not in entry_choices()[axis]:
                 raise SpecError(f"{where}: {value!r} is not one of {', '.join(entry_choices()[axis])}")
-        if value not in out:
-            out.append(value)
+        if value in out:  # the same point twice would run twice and count twice in the report
+            raise SpecError(f"{where}: {value} is given twice", hint="give each value once")
+        out.append(value)
     return out
 
 
@@ -65,11 +67,12 @@ def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]
     """
     import yaml
 
+    from .paths import load_yaml, read_user_file
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+        data = load_yaml(read_user_file(Path(path))) or {}
     except OSError as exc:
-        raise SpecError(f"--grid {path}: {exc.strerror}", hint="give the path of a YAML sweep file") from None
+        raise SpecError(f"--grid {path}: {exc.strerror or exc}", hint="give the path of a YAML sweep file") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError(f"--grid {path}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict):
@@ -106,7 +109,7 @@ def expand(
 ) -> List[Dict[str, Any]]:
     """The grid's points: the product of the axes (combinations that are no configuration, like
     ZeRO-0 with offload, are left out and said so), then the listed points (taking the axes' single
-    values where they name none). Duplicates once."""
+    values where they name none). A point given twice is refused."""
     out: List[Dict[str, Any]] = []
     names = [a for a in AXES if a in axes]
     if names and (not points or any(len(axes[a]) > 1 for a in names)):
@@ -125,8 +128,12 @@ def expand(
         why = undefined(point)
         if why:
             raise SpecError(f"sweep point {i} ({label(point)}): {why}", hint="change or remove that point")
-        if point not in out:
-            out.append(point)
+        if point in out:
+            raise SpecError(
+                f"sweep point {i} ({label(point)}) is already in the sweep",
+                hint="remove it from points:, or drop its values from the axes",
+            )
+        out.append(point)
     if not out:
         raise SpecError("the sweep has no points", hint="give at least one axis, e.g. --zero 0,1,2,3, or a --grid file")
     return out

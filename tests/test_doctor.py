@@ -407,3 +407,27 @@ def test_the_command_on_an_unknown_job_is_one_line(capsys):
     rc, out, err = _doctor(capsys, "999999")
     assert rc == 2 and out == ""
     assert err == "hpc-launch: error: no record of job 999999 (`hpc-launch list` shows the recorded jobs)\n"
+
+
+def test_the_command_on_a_binary_log_prints_no_control_bytes(tmp_path, capsys):
+    """A log is the job's raw output: colours, bells and NULs in it must reach the terminal as
+    text (\\x1b), never act on it; the log's UTF-8 text stays as it is."""
+    log = tmp_path / "train.o77"
+    log.write_bytes(
+        b"\x00\x01\xff binary junk\n"
+        b"\x1b[31mRuntimeError: caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac failed\x1b[0m\x07\x00\n"
+        b"[hpc-launch] error: network interface eth\x1b[2J0 (profile key net_if) has no IPv4 address on "
+        b"vm\x07; this node has: lo\x1b]0;owned\x07\n"
+    )
+    rc, out, _ = _doctor(capsys, str(log))
+    assert rc == 0
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out), repr(out)
+    assert "net_if eth\\x1b[2J0 has no IPv4 address on vm\\x07" in out  # the cause line's values too
+    assert "evidence: line 3: [hpc-launch] error: network interface eth\\x1b[2J0" in out
+
+    log.write_bytes(
+        b"\x00\x01\xff binary junk\n\x1b[31mRuntimeError: caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\x1b[0m\x07\x00\n"
+    )
+    rc, out, _ = _doctor(capsys, str(log))
+    assert rc == 1 and not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out), repr(out)
+    assert "evidence: line 2: \\x1b[31mRuntimeError: café 日本\\x1b[0m\\x07\\x00" in out.splitlines()

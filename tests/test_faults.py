@@ -123,6 +123,38 @@ def test_ctrl_c_at_any_moment_of_submit_follow_never_loses_the_job(hpc_launch_bi
         pass
 
 
+@pytest.mark.parametrize("after", [False, True])
+def test_ctrl_c_says_whether_the_job_was_submitted(sandbox, monkeypatch, capsys, after):
+    """The one line after Ctrl-C: before the submission, that nothing was submitted; after it,
+    the job's id, that it keeps running, and how to follow and stop it."""
+    from types import SimpleNamespace
+
+    from hpc_launch import cli, jobs
+
+    work, env, _ = sandbox
+    for key in ("HPC_LAUNCH_STATE_DIR", "HPC_LAUNCH_CONFIG_DIR"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.chdir(work)
+
+    def interrupted(prepared, on_recorded=None, **_):
+        if after:
+            on_recorded(SimpleNamespace(job_id="4242", name="train", cluster="local", log_path="train.o4242"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs, "submit", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 130
+    said = err.strip().splitlines()[-1]
+    if after:
+        assert out == "4242\n"
+        assert "after job 4242 was submitted and recorded: it keeps running" in said
+        assert "hpc-launch logs -f 4242" in said and "hpc-launch cancel 4242" in said
+    else:
+        assert out == "" and "nothing was submitted or recorded" in said and "4242" not in err
+
+
 def test_an_unwritable_job_store_refuses_before_submitting(hpc_launch_bin, sandbox):
     work, env, db = sandbox
     db.parent.mkdir(parents=True)

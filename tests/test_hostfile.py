@@ -515,3 +515,33 @@ def test_cli_error_is_one_line_exit_2(args, env, words, tmp_path, hpc_launch_bin
     for word in words:
         assert word.format(**paths) in lines[0]
     assert sorted(os.listdir(tmp_path)) == before  # no hostfile, no temp file
+
+
+# ---- issue 17: bounds a new user runs into ------------------------------------------------------
+
+
+@pytest.mark.parametrize("slots", [0, -1, 4097, 10**9])
+def test_slots_outside_1_to_4096_are_refused(slots):
+    with pytest.raises(HostfileError, match=r"--slots must be from 1 to 4096"):
+        hf.build(env={}, hosts="a,b", slots=slots)
+    assert hf.build(env={}, hosts="a", slots=4096) == "a slots=4096\n"
+
+
+def test_a_host_named_twice_in_hosts_is_refused_naming_it():
+    with pytest.raises(HostfileError, match=r"host n2 is listed twice in --hosts"):
+        hf.build(env={}, hosts="n[1-3],n2", slots=4)  # was `n2 slots=2`: a silent second slot
+
+
+def test_a_huge_slurm_nodelist_is_one_line_exit_2_within_a_second(hpc_launch_bin):
+    import time
+
+    start = time.monotonic()
+    _cli(hpc_launch_bin, ["--hosts", "n1"])  # the interpreter's own start, on this machine now
+    startup = time.monotonic() - start
+    start = time.monotonic()
+    r = _cli(hpc_launch_bin, ["--from", "slurm"], {"SLURM_JOB_NODELIST": "n[1-99999999999]"})
+    took = time.monotonic() - start - startup
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpc-launch: error: ") and "more than 100,000 hosts" in lines[0]
+    assert took < 1.0, took  # bounded before expanding, not after building a list of 10^11 names

@@ -125,9 +125,7 @@ def test_aurora_queue_node_ranges_and_minimum_walltime():
     assert "below the debug-scaling minimum of 2 nodes" in _refused(
         "aurora", nodes=1, queue="debug-scaling", group="p", **VENV
     )
-    assert "use --nodes 2 or fewer, or another --queue" in _refused(
-        "aurora", nodes=4, group="p", **VENV
-    )  # default: debug
+    assert "use --nodes 2 or fewer, or another --queue" in _refused("aurora", nodes=4, queue="debug", group="p", **VENV)
     assert "--walltime 00:05:00 or more" in _refused("aurora", nodes=2, walltime="3m", group="p", **VENV)
     assert "above the capacity limit of 16 nodes" in _refused(
         "aurora", nodes=17, queue="capacity", walltime="100h", group="p", **VENV
@@ -147,13 +145,13 @@ def test_aurora_twelve_ranks_per_node_each_bound_to_cores_of_its_tiles_socket():
     assert all(s <= set(range(1, 52)) for s in sets[:6]) and all(s <= set(range(53, 104)) for s in sets[6:])
     assert "WORLD_SIZE=$((NNODES * 12))" in text and "--slots 12 " in text
     assert "--cpu-bind list:4-7:8-11:12-15:16-19:20-23:24-27 " in _script(
-        "aurora", nodes=1, gpus_per_node=6, group="p", **VENV
+        "aurora", nodes=1, queue="debug", gpus_per_node=6, group="p", **VENV
     )
 
 
 def test_aurora_script_loads_frameworks_under_the_venv_and_sets_oneccl():
     text = _script("aurora", nodes=2, group="p", **VENV)
-    assert text.startswith("#!/bin/bash -l\n#PBS -q debug\n")
+    assert text.startswith("#!/bin/bash -l\n#PBS -q debug-scaling\n")
     directives = _directives(text, "#PBS")
     for d in ("-l select=2", "-l place=scatter", "-l filesystems=home:flare", "-k doe", "-A p"):
         assert d in directives
@@ -279,7 +277,7 @@ FRONTIER_L3 = {
 
 def test_frontier_rank_i_drives_gcd_i_from_the_seven_free_cores_next_to_it():
     text = _script("frontier", nodes=2, group="abc123", **VENV)
-    launch = next(line for line in text.splitlines() if line.startswith("srun "))
+    launch = next(line for line in text.splitlines() if line.startswith("srun --kill-on-bad-exit"))
     args = shlex.split(launch.rstrip("\\"))
     assert "--gpu-bind=none" in args and not any(a.startswith("--gpus-per-task") for a in args)
     masks = next(a for a in args if a.startswith("--cpu-bind=mask_cpu:")).split(":", 1)[1].split(",")
@@ -304,7 +302,8 @@ def test_frontier_rendezvous_on_the_slingshot_interface_and_rccl_settings():
     assert "MASTER_ADDR=$(ip -4 -o addr show dev hsn0 " in text
     assert "export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3\n" in text
     assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-hsn0}"' in text  # the profile's list is kept
-    assert "module load miniforge3/23.11.0-0 rocm/7.1.1 rccl-net-plugin craype-accel-amd-gfx90a\n" in text
+    modules = "PrgEnv-gnu/8.7.0 cpe/26.03 miniforge3/23.11.0-0 rocm/7.1.1 rccl-net-plugin craype-accel-amd-gfx90a"
+    assert f"module load {modules}\n" in text
     assert "export MIOPEN_USER_DB_PATH=/tmp/miopen-cache\n" in text
 
 
@@ -324,3 +323,125 @@ def test_first_example_on_the_site_page_renders(site, hpc_launch_bin, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert f"[{site}]" in r.stdout and "submit:" in r.stderr
+
+
+# ---- issue 17: the sites read against their own documentation ---------------------------------
+
+
+def _bash_out(tmp_path, body: str, env: dict) -> str:
+    probe = tmp_path / "probe.sh"
+    probe.write_text(body)
+    return subprocess.run(["bash", str(probe)], capture_output=True, text=True, env=env, check=True).stdout.strip()
+
+
+def _before_launch(text: str, launch: str) -> list:
+    lines = text.splitlines()
+    return lines[: next(i for i, line in enumerate(lines) if line.startswith(launch))]
+
+
+@pytest.mark.parametrize(
+    "cluster,kw,threads",
+    [
+        ("aurora", {"nodes": 2}, 4),  # ALCF: list:4-7:...: 4 CPUs a rank
+        ("aurora", {"nodes": 1, "queue": "debug", "gpus_per_node": 6}, 4),
+        ("polaris", {"nodes": 2}, 8),  # 24-31:16-23:8-15:0-7: 8 CPUs a rank, not 64 // 4 = 16
+    ],
+)
+def test_mpiexec_ranks_run_as_many_threads_as_their_binding_has_cpus(cluster, kw, threads, tmp_path):
+    text = _script(cluster, group="p", **VENV, **kw)
+    before = _before_launch(text, "mpiexec ")
+    exports = [line for line in before if line.startswith("export OMP_NUM_THREADS=")]
+    assert exports == [f"export OMP_NUM_THREADS={threads}"]
+    # PBS sets OMP_NUM_THREADS to the chunk's ncpus in the job: the launch's value wins
+    assert _bash_out(tmp_path, f'{exports[0]}\necho "$OMP_NUM_THREADS"\n', {"OMP_NUM_THREADS": "208"}) == str(threads)
+
+
+def test_mpiexec_threads_follow_the_smallest_binding_and_yield_to_the_users_value(tmp_path):
+    mine = tmp_path / "polaris.yaml"
+    mine.write_text("launch: {cpu_bind: ['0-7', '8-11', '12,13,14', '16-23']}\n")
+    job = resolve(
+        JobSpec(cluster="polaris", nodes=1, group="p", workdir="/w"), profiles.load("polaris", profile_file=str(mine))
+    )
+    assert "export OMP_NUM_THREADS=3\n" in render(job, stamp="s").text
+    text = _script("aurora", nodes=2, group="p", env={"OMP_NUM_THREADS": "2"}, **VENV)
+    assert [line for line in text.splitlines() if "OMP_NUM_THREADS=" in line] == ["export OMP_NUM_THREADS=2"]
+
+
+def test_aurora_trains_on_debug_scaling_by_default_not_on_the_shared_debug_pool():
+    assert _job("aurora", nodes=2, group="p", **VENV).queue == "debug-scaling"
+    # without --queue, a job debug-scaling does not take goes to the first fallback that does
+    assert _job("aurora", nodes=1, group="p", **VENV).queue == "debug"
+    assert _job("aurora", nodes=2, walltime="4:00:00", group="p", **VENV).queue == "capacity"
+    assert _job("aurora", nodes=300, group="p", **VENV).queue == "prod"
+    line = _refused("aurora", nodes=20, walltime="4:00:00", group="p", **VENV)  # none takes it
+    assert "above the debug-scaling maximum" in line
+    line = _refused("aurora", nodes=1, queue="debug-scaling", group="p", **VENV)  # an asked queue is kept
+    assert "below the debug-scaling minimum of 2 nodes" in line and "--queue" in line
+    assert _job("aurora", nodes=1, queue="debug", group="p", **VENV).queue == "debug"  # still reachable
+    assert "#PBS -q debug\n" in _script("aurora", nodes=1, queue="debug", group="p", **VENV)
+
+
+def test_polaris_venv_is_sourced_on_top_of_conda_base_as_alcf_pairs_them():
+    lines = _script("polaris", nodes=2, group="p", **VENV).splitlines()
+    order = [lines.index(x) for x in ("module load conda", "conda activate base", "source /v/bin/activate")]
+    assert order == sorted(order) and lines.count("conda activate base") == 1
+    lines = _script("polaris", nodes=2, group="p").splitlines()  # without a venv: base, once
+    assert lines.count("conda activate base") == 1 and not any(line.startswith("source ") for line in lines)
+
+
+def test_frontier_loads_olcfs_programming_environment_and_its_library_path(tmp_path):
+    text = _script("frontier", nodes=2, group="abc123", **VENV)
+    lines = text.splitlines()
+    load = next(i for i, line in enumerate(lines) if line.startswith("module load "))
+    assert lines[load].split()[2:4] == ["PrgEnv-gnu/8.7.0", "cpe/26.03"]
+    assert lines[load].index("cpe/26.03") < lines[load].index("rocm/7.1.1")
+    path = lines[load + 1]
+    assert path.startswith("export LD_LIBRARY_PATH=") and load + 1 < lines.index("source /v/bin/activate")
+    body = f'{path}\nprintf "%s" "$LD_LIBRARY_PATH"\n'
+    assert _bash_out(tmp_path, body, {"CRAY_LD_LIBRARY_PATH": "/cray/lib", "LD_LIBRARY_PATH": "/x"}) == "/cray/lib:/x"
+    assert _bash_out(tmp_path, body, {"CRAY_LD_LIBRARY_PATH": "/cray/lib"}) == "/cray/lib"  # no stray ':'
+    # nor a leading one (an empty entry is the current directory) where the CPE set none
+    assert _bash_out(tmp_path, body, {"CRAY_LD_LIBRARY_PATH": "", "LD_LIBRARY_PATH": "/x"}) == "/x"
+
+
+@pytest.mark.parametrize("gpus", [8, 4, 2])
+def test_frontier_threads_cpus_and_masks_agree_whatever_the_gcds(gpus, tmp_path):
+    from test_site_rules import _SRUN_CPUS
+
+    text = _script("frontier", nodes=2, group="abc123", gpus_per_node=gpus, **VENV)
+    cpus_per_task = int(next(d for d in _directives(text, "#SBATCH") if d.startswith("--cpus-per-task=")).split("=")[1])
+    assert cpus_per_task * gpus == 56  # the step holds every core, so Slurm accepts the masks
+    launch = next(line for line in text.splitlines() if line.startswith("srun --kill-on-bad-exit"))
+    masks = next(a for a in shlex.split(launch.rstrip("\\")) if a.startswith("--cpu-bind=mask_cpu:"))
+    cores = [bin(int(m, 16)).count("1") for m in masks.split(":", 1)[1].split(",")[:gpus]]
+    exports = "\n".join(line for line in text.splitlines() if line.startswith("export OMP_NUM_THREADS="))
+    body = exports + "\n" + _SRUN_CPUS.search(text).group(0) + 'echo "$OMP_NUM_THREADS"\n'
+    threads = int(_bash_out(tmp_path, body, {"SLURM_CPUS_PER_TASK": str(cpus_per_task)}))
+    assert cores == [7] * gpus and threads == 7  # train/preflight.py stops a rank with more threads than CPUs
+
+
+def test_frontier_makes_the_miopen_cache_on_every_node_before_the_ranks_start():
+    text = _script("frontier", nodes=2, group="abc123", **VENV)
+    lines = text.splitlines()
+    mkdir = 'srun --nodes="$NNODES" --ntasks-per-node=1 mkdir -p /tmp/miopen-cache'
+    assert mkdir in lines
+    assert lines.index(mkdir) < next(i for i, line in enumerate(lines) if line.startswith("srun --kill-on-bad-exit"))
+    assert "export MIOPEN_USER_DB_PATH=/tmp/miopen-cache" in lines
+    assert "mkdir -p" not in _script("perlmutter", nodes=2, **VENV)  # only where a profile asks
+
+
+@pytest.mark.parametrize(
+    "yaml_text,words",
+    [
+        ("launch: {node_dirs: [tmp/x]}\n", ["node_dirs", "not an absolute directory"]),
+        ("launch: {launcher: mpirun, node_dirs: [/tmp/x]}\n", ["node_dirs are not created by the mpirun launcher"]),
+    ],
+)
+def test_node_dirs_are_absolute_and_for_launchers_that_make_them(tmp_path, yaml_text, words):
+    from hpc_launch.errors import ProfileError
+
+    bad = tmp_path / "frontier.yaml"
+    bad.write_text(yaml_text)
+    with pytest.raises(ProfileError) as err:
+        profiles.load("frontier", profile_file=str(bad))
+    assert str(err.value).startswith(f"{bad}: ") and all(w in str(err.value) for w in words)

@@ -57,6 +57,7 @@ def test_unbalanced_quotes_in_train_args(hpc_launch_bin, home):
         ("env: [A, B]\n", ["key `env`", "Expected `object`"]),
         ('train_args: "--note \'x"\n', ["key `train_args`", "No closing quotation"]),
         ("nodes: [1\n", ["cannot read the project config"]),
+        ("queue: ''\n", ["key `queue` is empty", "leave it out"]),  # was the profile's default queue
     ],
 )
 def test_type_mistakes_in_hpc_launch_yaml(hpc_launch_bin, home, yaml_text, needles):

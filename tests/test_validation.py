@@ -58,6 +58,14 @@ CASES = [
     (["--cluster", "abci", "--nodes", "x"], ["nodes"]),
     (["--cluster", "local", "--script", "/etc"], ["--script /etc", "is a directory", "script's file"]),
     (["--cluster", "local", "--venv", "/etc/passwd"], ["--venv /etc/passwd", "bin/activate"]),
+    # issue 17: an empty value given is no default, a directive no way around a limit, bounds
+    (["--cluster", ""], ["--cluster is empty"]),
+    (["--cluster", "local", "--directive", "-l place=scatter"], ["local has no scheduler", "drop --directive"]),
+    (
+        ["--cluster", "abci", "--nodes", "1", "--group", "g1", "--directive", "-l walltime=999:00:00"],
+        ["above", "168:00:00"],
+    ),
+    (["--cluster", "slurm", "--chain", "100000"], ["--chain", "1 to 1000"]),
 ]
 
 
@@ -186,3 +194,75 @@ def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_la
     assert "    MY_TOKEN)\n" in r.stdout  # the script reads it from the secrets file (tests/test_secrets.py)
     assert "s3cr3t-value" not in r.stdout + r.stderr
     assert list(tmp_path.iterdir()) == [], "a dry run writes nothing, the secrets file least of all"
+
+
+# ---- issue 17: edges a new user tries, checked in-process (cheap) --------------------------------
+
+
+def _refusal(**kw):
+    from hpc_launch import profiles
+    from hpc_launch.errors import SpecError
+    from hpc_launch.spec import resolve, spec_from
+
+    cluster = kw.pop("cluster")
+    spec = spec_from({}, dict(cluster=cluster, workdir="/w", **kw))
+    with pytest.raises(SpecError) as err:
+        resolve(spec, profiles.load(cluster))
+    return err.value.one_line()
+
+
+@pytest.mark.parametrize("option", ["cluster", "queue", "walltime", "venv", "script", "group", "workdir", "login"])
+def test_an_option_given_empty_is_refused_not_read_as_its_default(option):
+    from hpc_launch.errors import SpecError
+    from hpc_launch.spec import spec_from
+
+    flag = "--" + option
+    with pytest.raises(SpecError, match=f"^{flag} is empty"):
+        spec_from({"cluster": "local"}, {option: ""})
+    with pytest.raises(SpecError, match=f"hpc-launch.yaml key `{option}` is empty"):
+        spec_from({option: "  "}, {})
+
+
+@pytest.mark.parametrize(
+    "cluster, kw, words",
+    [
+        # the directive carries a value a profile writes from a checked option: read back and checked
+        ("abci", dict(directives=["-q rt_HG"], nodes=2), ["--nodes 2", "rt_HG limit of 1"]),
+        ("abci2", dict(directives=["-l rt_AF=200"]), ["--nodes 200", "rt_AF limit of 64"]),
+        ("frontier", dict(directives=["--time=99:00:00"]), ["99:00:00", "above", "12:00:00"]),
+        ("thetagpu", dict(directives=["-t 6000"]), ["100:00:00", "above", "12:00:00"]),
+        ("frontier", dict(directives=["--nodes=2"], nodes=3), ["--nodes 3", "different", "with --nodes"]),
+        ("abci", dict(directives=["-l walltime=02:00:00"], walltime="1h"), ["different", "with --walltime"]),
+        # in another form, or with other values on the line: refused, pointing at the option
+        ("abci", dict(directives=["-l select=200:ngpus=8"]), ["-l select=200:ngpus=8", "use --nodes"]),
+        ("abci", dict(directives=["-l nodes=4"]), ["use --nodes"]),  # PBS Pro turns nodes= into select
+        ("abci", dict(directives=["-l place=pack,walltime=200:00:00"]), ["use --walltime"]),
+        ("frontier", dict(directives=["-t 99:00:00"]), ["use --walltime"]),  # sbatch's -t is --time
+        ("frontier", dict(directives=["-N 9999"]), ["use --nodes"]),
+        # bounds
+        ("slurm", dict(walltime="400d"), ["more than a year", "--chain"]),
+        ("slurm", dict(walltime="99999999999h"), ["more than a year"]),
+        ("slurm", dict(chain=1001), ["--chain", "1 to 1000"]),
+        ("pods", dict(hosts=["a", "b", "a"]), ["host a is listed twice", "each host once"]),
+        ("local", dict(directives=["-l x=1"]), ["local has no scheduler"]),
+    ],
+)
+def test_what_a_directive_or_a_bound_cannot_slip_past(cluster, kw, words):
+    kw.setdefault("group", "g1")
+    line = _refusal(cluster=cluster, **kw)
+    for word in words:
+        assert word in line, (word, line)
+
+
+def test_a_directive_in_the_profiles_own_form_is_the_option_itself():
+    """`-d '-l walltime=02:00:00'` replaces the default line and is the job's walltime: its
+    deadline (--stop-before) and its limits follow it, not the default hour."""
+    from hpc_launch import profiles
+    from hpc_launch.render import render
+    from hpc_launch.spec import JobSpec, resolve
+
+    spec = JobSpec(cluster="abci", group="g1", directives=["-l walltime=02:00:00"], workdir="/w")
+    job = resolve(spec, profiles.load("abci"))
+    assert job.walltime_s == 7200 and job.stop_before_s == 300
+    assert [l for l in render(job, stamp="s").text.splitlines() if "walltime" in l] == ["#PBS -l walltime=02:00:00"]
+    assert spec.walltime is None  # the caller's spec is not changed

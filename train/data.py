@@ -16,6 +16,8 @@ from .errors import TrainError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+DIGITS_SAMPLES = 1797  # scikit-learn's digits: 1,797 8x8 scans
+DIGITS_VAL_FRACTION = 0.2
 
 
 @dataclass
@@ -121,7 +123,7 @@ def _digits(image_size: Optional[int]) -> Data:
     with gzip.open(path, "rt") as f:  # 1,797 real 8x8 scans: 64 pixels (0-16) and the label per row
         table = np.loadtxt(f, delimiter=",")
     x, y = table[:, :-1], table[:, -1].astype(np.int64)
-    tr, va = stratified_split(y, 0.2, seed=0)
+    tr, va = stratified_split(y, DIGITS_VAL_FRACTION, seed=0)
     x_tr, x_va, y_tr, y_va = x[tr], x[va], y[tr], y[va]
     mean, std = x_tr.mean(), x_tr.std()
     size = image_size or 8
@@ -179,6 +181,16 @@ def build_data(
             hint="pass --data synthetic, --data digits, or an ImageFolder root (ROOT/train, ROOT/val)",
         )
     return _image_folder(spec, image_size)
+
+
+def train_samples(spec: str, synthetic_samples: int) -> Optional[int]:
+    """How many samples `build_data(spec)` trains on, known without loading them (a sweep checks
+    its batches against it); None: only reading the data tells (an image folder)."""
+    if spec == "synthetic":
+        return synthetic_samples
+    if spec == "digits":  # stratified_split holds out ceil(n * fraction)
+        return DIGITS_SAMPLES - math.ceil(DIGITS_SAMPLES * DIGITS_VAL_FRACTION)
+    return None
 
 
 class _ResumableSampler:

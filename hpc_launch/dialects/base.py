@@ -112,6 +112,9 @@ class Dialect:
     # Directive flags whose first word is keyed by the resource it sets (`-l walltime=...`):
     # a user's `-l walltime=` replaces the default `-l walltime=`, not every `-l`.
     keyed_flags: Tuple[str, ...] = ()
+    # Other spellings of a directive key the scheduler takes for the same setting -> the key as
+    # profiles write it (Slurm's `-t` is `--time`): a user line is known by what it sets.
+    key_aliases: Mapping[str, str] = {}
     keep_dependents_off_shell: str = ""
     # Shell run at the start of a job the scheduler restarted by itself: says so, and reports the
     # hosts that failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS ("": this scheduler cannot tell).
@@ -131,6 +134,16 @@ class Dialect:
         if len(tokens) > 1 and head in self.keyed_flags:
             return f"{head} {re.split(r'[=:]', tokens[1], maxsplit=1)[0]}"
         return head
+
+    def directive_keys(self, text: str) -> List[str]:
+        """Every key a directive line sets, spelt as profiles spell it: a keyed flag may list
+        several resources (`-l place=scatter,walltime=9:00:00`), an option may have other names."""
+        tokens = text.split()
+        parts = [text]
+        if len(tokens) == 2 and tokens[0] in self.keyed_flags:
+            parts = [f"{tokens[0]} {item}" for item in tokens[1].split(",") if item] or parts
+        keys = [self.directive_key(part) for part in parts]
+        return [self.key_aliases.get(key, key) for key in keys]
 
     def merge_directives(self, defaults: Sequence[str], overrides: Sequence[str]) -> List[str]:
         """Defaults with user lines replacing same-key ones in place; new keys appended.

@@ -133,6 +133,8 @@ class Slurm(Dialect):
     job_num_expr = "${SLURM_JOB_ID}"
     nodelist_shell = 'scontrol show hostnames "$SLURM_JOB_NODELIST"'
     nodefile_vars = ("SLURM_JOB_NODELIST",)
+    # sbatch's short options (sbatch(1)), so `-t` is known as the `--time` the profiles write
+    key_aliases = {"-t": "--time", "-N": "--nodes", "-p": "--partition", "-q": "--qos"}
     # squeue: `Invalid job id specified`; scancel -v: `Job/step already completing or completed`
     unknown_job_patterns = (r"invalid job id", r"already completing or completed")
 

@@ -20,7 +20,7 @@ from ..dialects import Dialect
 from ..errors import HpcLaunchError, SchedulerError, SpecError, StoreError, TransportError
 from ..profiles import Profile
 from ..protocol import LOCAL_HOST, exit_path_for, live_log_for
-from ..records import JobRecord, JobStore
+from ..records import JobRecord, JobStore, adopt_command
 from ..states import JobState
 from ..transport.base import Transport
 from .connect import transport_for
@@ -166,11 +166,17 @@ def check_inputs(transport: Transport, prepared: "Prepared", workdir: str) -> No
         )
     script = prepared.remote_code[0] if prepared.remote_code else None if prepared.uploads else job.script
     if script:
-        path = script if script.startswith(("/", "~")) else f"{workdir}/{script}"
-        if transport.size(transport.resolve_path(path)) is None:
+        path = transport.resolve_path(script if script.startswith(("/", "~")) else f"{workdir}/{script}")
+        if transport.size(path) is None:
             raise SpecError(
                 f"--script {script}: no such file {where}",
                 hint="give the path of your training script as the job will see it",
+            )
+        # a directory has a size too; here prepare refused it already, there only `test` can tell
+        if prepared.host != LOCAL_HOST and transport.run(["test", "-f", path]).rc != 0:
+            raise SpecError(
+                f"--script {script}: is a directory (or not a plain file) {where}, not a training script",
+                hint="give the script's file, e.g. --script train.py",
             )
 
 
@@ -209,26 +215,12 @@ def add_or_explain(store: JobStore, record: JobRecord, prepared: "Prepared") -> 
     try:
         store.add(record)
     except StoreError as exc:
-        import shlex
-
-        adopt = [
-            "hpc-launch",
-            "adopt",
-            record.job_id,
-            "--cluster",
-            record.cluster,
-            "--workdir",
-            record.workdir,
-            "--name",
-            record.name,
-            "--script",
-            record.script_path,
-        ]
-        if record.host != LOCAL_HOST:
-            adopt += ["--login", record.host]
+        adopt = adopt_command(
+            record.cluster, record.job_id, record.workdir, record.name, record.script_path, record.host
+        )
         raise NotRecorded(
             f"job {record.job_id} was submitted but could not be recorded ({exc.message})",
-            hint=f"once the store works again: {shlex.join(adopt)}",
+            hint=f"once the store works again: {adopt}",
         ) from None
 
 

@@ -68,7 +68,8 @@ echo "${SLURM_JOB_NODELIST:-}" >"$hpc_launch_ran_on"  # for the run after this o
 
 # --- modules ---
 set +u  # module and conda scripts read unset variables
-module load miniforge3/23.11.0-0 rocm/7.1.1 rccl-net-plugin craype-accel-amd-gfx90a
+module load PrgEnv-gnu/8.7.0 cpe/26.03 miniforge3/23.11.0-0 rocm/7.1.1 rccl-net-plugin craype-accel-amd-gfx90a
+export LD_LIBRARY_PATH="${CRAY_LD_LIBRARY_PATH:-}${CRAY_LD_LIBRARY_PATH:+${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}"
 
 # --- python environment ---
 set +u
@@ -82,6 +83,7 @@ if [ -z "${TORCH_EXTENSIONS_DIR:-}" ] && [ -w "$VIRTUAL_ENV" ]; then export TORC
 export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
 export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
+export OMP_NUM_THREADS=7
 set -u
 
 # --- the capsule: what this start of the job found, beside what was submitted (`hpc-launch show JOB`) ---
@@ -121,13 +123,20 @@ if [ -z "$MASTER_ADDR" ]; then
   echo "[hpc-launch] error: network interface" hsn0 "(profile key net_if) has no IPv4 address on $(hostname); this node has: $(cd /sys/class/net && echo *)" >&2
   exit 3
 fi
-# a port per job, so two jobs sharing a node do not collide
-MASTER_PORT=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
+# A port per job, so jobs sharing a node do not collide: the first one free on this node (it runs rank 0, which serves
+# the rendezvous) from port_base + jobnum % 1000 on (hpc_launch/rendezvous_port.py); that first port without hpc-launch.
+HPC_LAUNCH_PORT0=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
+if ! MASTER_PORT=$(python -m hpc_launch.rendezvous_port 29500 "$HPC_LAUNCH_PORT0" "$JOB_ID" 2>/dev/null); then
+  MASTER_PORT=$HPC_LAUNCH_PORT0
+  echo "[hpc-launch] note: no free port found from $MASTER_PORT (hpc_launch not importable here, or none free in 29500..+999): using $MASTER_PORT" >&2
+fi
 export MASTER_ADDR MASTER_PORT
 export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-hsn0}" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-hsn0}"
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- launch: srun, one task per GPU; the entrypoint maps SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID ---
+# node-local directories the ranks need (profile launch.node_dirs), on every node of the job
+srun --nodes="$NNODES" --ntasks-per-node=1 mkdir -p /tmp/miopen-cache
 # Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: hand it on, so a rank on a
 # shared node gets its CPUs instead of one
 if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then

@@ -112,8 +112,13 @@ echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
 MASTER_ADDR=$(head -n 1 "$HOSTFILE" | awk '{print $1}')
-# a port per job, so two jobs sharing a node do not collide
-MASTER_PORT=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
+# A port per job, so jobs sharing a node do not collide: the first one free on this node (it runs rank 0, which serves
+# the rendezvous) from port_base + jobnum % 1000 on (hpc_launch/rendezvous_port.py); that first port without hpc-launch.
+HPC_LAUNCH_PORT0=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
+if ! MASTER_PORT=$(python -m hpc_launch.rendezvous_port 29500 "$HPC_LAUNCH_PORT0" "$JOB_ID" 2>/dev/null); then
+  MASTER_PORT=$HPC_LAUNCH_PORT0
+  echo "[hpc-launch] note: no free port found from $MASTER_PORT (hpc_launch not importable here, or none free in 29500..+999): using $MASTER_PORT" >&2
+fi
 export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 

@@ -55,9 +55,6 @@ set +u  # module and conda scripts read unset variables
 # shellcheck source=/dev/null
 module use /soft/modulefiles
 module load conda
-
-# --- python environment ---
-set +u
 conda activate base
 
 # --- environment ---
@@ -148,8 +145,13 @@ echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 
 # --- rendezvous ---
 MASTER_ADDR=$(head -n 1 "$HOSTFILE" | awk '{print $1}')
-# a port per job, so two jobs sharing a node do not collide
-MASTER_PORT=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
+# A port per job, so jobs sharing a node do not collide: the first one free on this node (it runs rank 0, which serves
+# the rendezvous) from port_base + jobnum % 1000 on (hpc_launch/rendezvous_port.py); that first port without hpc-launch.
+HPC_LAUNCH_PORT0=$(( 29500 + 10#0${JOB_NUM//[!0-9]/} % 1000 ))
+if ! MASTER_PORT=$(python3 -m hpc_launch.rendezvous_port 29500 "$HPC_LAUNCH_PORT0" "$JOB_ID" 2>/dev/null); then
+  MASTER_PORT=$HPC_LAUNCH_PORT0
+  echo "[hpc-launch] note: no free port found from $MASTER_PORT (hpc_launch not importable here, or none free in 29500..+999): using $MASTER_PORT" >&2
+fi
 export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
@@ -157,5 +159,8 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 NODELIST="$WORKDIR/nodes_$JOB_NUM"
 awk '{print $1}' "$HOSTFILE" > "$NODELIST"
 # local rank i uses GPU i and is bound to the CPUs nearest it (profile launch.cpu_bind)
+# as many threads as a rank's binding has CPUs (ALCF's examples set OMP_NUM_THREADS to match it);
+# PBS set it to the chunk's ncpus, and unset, a library would start one per CPU of the node
+export OMP_NUM_THREADS=8
 mpiexec --envall -n "$WORLD_SIZE" --ppn 4 --hostfile "$NODELIST" --cpu-bind list:24-31:16-23:8-15:0-7 \
   python3 -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --precision bf16 --micro-batch 64 --steps 200
