@@ -27,6 +27,8 @@ COMMANDS = [
     "completion",
     "clusters",
     "clusters show",
+    "show",
+    "hosts",
 ]
 
 
@@ -49,6 +51,12 @@ def test_bare_hpc_launch_prints_the_help_and_no_empty_error(hpc_launch_bin, env)
     assert "error" not in r.stderr
 
 
+def test_the_help_checks_below_cover_every_command(hpc_launch_bin, env):
+    text = _run(hpc_launch_bin, "--help", env=env).stdout
+    listed = set(re.findall(r"^│ ([a-z][a-z-]*) ", text, re.M))
+    assert listed and listed <= set(COMMANDS), sorted(listed - set(COMMANDS))
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_says_what_it_takes(hpc_launch_bin, env, command):
     r = _run(hpc_launch_bin, *command.split(), "--help", env=env)
@@ -57,8 +65,12 @@ def test_every_option_says_what_it_takes(hpc_launch_bin, env, command):
     assert options, r.stdout
     for line in options:
         assert "<str>" not in line and "<int>" not in line and "<float>" not in line, line
-        words = line.strip("│ ").split()
-        assert len(words) > 2, f"`{command}` option without help text: {line}"
+        words = line.strip("│ *").split()
+        # what is left once the option's names and its metavar (NAME, N, FILE) are taken away
+        text = [w for w in words if not w.startswith("-") and not (w.isupper() and len(words) > 1 and w in words[:4])]
+        assert text, f"`{command}` option without help text: {line}"
+    usage = next(line for line in r.stdout.splitlines() if "Usage:" in line)
+    assert not re.search(r"[\[{][a-z_]+[\]}]", usage), f"`{command}`: an argument named by its Python name: {usage}"
 
 
 def test_a_short_option_means_one_thing_across_commands(hpc_launch_bin, env):

@@ -120,7 +120,7 @@ def clusters_list(
 
 @clusters_app.command("show")
 def clusters_show(
-    name: str = typer.Argument(..., help="cluster name"),
+    name: str = typer.Argument(..., metavar="CLUSTER", help="cluster name"),
     profile: Optional[str] = typer.Option(
         None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
     ),
@@ -159,7 +159,7 @@ def plan(
 
 
 @app.command()
-def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> None:
+def completion(shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish")) -> None:
     """Print the shell completion script (commands, options, cluster names, job ids).
 
     bash: `source <(hpc-launch completion bash)` in ~/.bashrc; zsh: the same in ~/.zshrc;

@@ -13,7 +13,9 @@ from .app import app, complete_clusters, complete_jobs, print_json, print_table,
 
 @app.command()
 def logs(
-    job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=complete_jobs),
+    job_id: str = typer.Argument(
+        ..., metavar="JOB_ID", help="job id (as printed by submit)", autocompletion=complete_jobs
+    ),
     follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
     summary: bool = typer.Option(
         False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"
@@ -63,8 +65,20 @@ def logs(
 
 @app.command()
 def status(
-    job_ids: List[str] = typer.Argument(None, help="job ids (default: all active jobs)", autocompletion=complete_jobs),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
+    job_ids: List[str] = typer.Argument(
+        None,
+        metavar="JOB_ID...",
+        help="job ids (default: all active jobs)",
+        autocompletion=complete_jobs,
+    ),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="only this cluster's jobs (or the ids on this cluster)",
+    ),
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
@@ -98,7 +112,9 @@ def _warn(problems: List, fail: bool) -> None:
 
 @app.command("list")
 def list_jobs(
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="only this cluster's jobs"
+    ),
     active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
     refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
     limit: int = typer.Option(50, "--limit", "-l", metavar="N", help="at most this many jobs, newest first"),
@@ -121,8 +137,15 @@ def list_jobs(
 
 @app.command()
 def adopt(
-    job_id: str = typer.Argument(..., help="the scheduler's job id"),
-    cluster: str = typer.Option(..., "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
+    job_id: str = typer.Argument(..., metavar="JOB_ID", help="the scheduler's job id"),
+    cluster: str = typer.Option(
+        ...,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="the profile it was submitted with",
+    ),
     workdir: str = typer.Option(
         ..., "--workdir", metavar="DIR", help="the job's work dir (absolute, on the host that submitted it)"
     ),
@@ -155,8 +178,20 @@ def adopt(
 
 @app.command()
 def cancel(
-    job_id: str = typer.Argument(..., help="job id, or a sweep's or a job array's id", autocompletion=complete_jobs),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
+    job_id: str = typer.Argument(
+        ...,
+        metavar="ID",
+        help="job id, or a sweep's or a job array's id",
+        autocompletion=complete_jobs,
+    ),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="when the id exists on several clusters",
+    ),
 ) -> None:
     """Cancel a job (qdel / scancel / kill of the local job's process group) and report how it ended."""
     from ..jobs import cancel_ident
@@ -167,7 +202,9 @@ def cancel(
 
 @app.command()
 def show(
-    job_id: str = typer.Argument(..., help="job id (as printed by submit)", autocompletion=complete_jobs),
+    job_id: str = typer.Argument(
+        ..., metavar="JOB_ID", help="job id (as printed by submit)", autocompletion=complete_jobs
+    ),
     as_json: bool = typer.Option(False, "--json", help="everything recorded: the whole profile and every package"),
     cluster: Optional[str] = typer.Option(
         None,
@@ -195,7 +232,10 @@ job found (Python, packages, modules)."""
 @app.command()
 def doctor(
     target: str = typer.Argument(
-        ..., help="job id (as printed by submit), or the path of a log file", autocompletion=complete_jobs
+        ...,
+        metavar="JOB_ID|LOG",
+        help="job id (as printed by submit), or the path of a log file",
+        autocompletion=complete_jobs,
     ),
     cluster: Optional[str] = typer.Option(
         None,
@@ -219,12 +259,22 @@ def doctor(
 @app.command()
 def report(
     job_ids: List[str] = typer.Argument(
-        ..., help="job ids, job arrays' ids or sweep ids", autocompletion=complete_jobs
+        ...,
+        metavar="ID...",
+        help="job ids, job arrays' ids or sweep ids",
+        autocompletion=complete_jobs,
     ),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./report-FIRST_ID)"
     ),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="when an id exists on several clusters",
+    ),
 ) -> None:
     """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
     configuration; for one job also its loss and samples/s over steps (steps.png)."""
@@ -239,12 +289,12 @@ def report(
 @app.command()
 def hosts(
     cluster: Optional[str] = typer.Option(
-        None, "--cluster", "-c", autocompletion=complete_clusters, help="only this cluster's hosts"
+        None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="only this cluster's hosts"
     ),
     forget: bool = typer.Option(
         False, "--forget", help="forget them (all, or the HOSTS named): later jobs may run there again"
     ),
-    names: List[str] = typer.Argument(None, help="with --forget: only these hosts"),
+    names: List[str] = typer.Argument(None, metavar="HOST...", help="with --forget: only these hosts"),
     json_: bool = typer.Option(
         False, "--json", help="the list as JSON (keys: cluster, host, reason, job_id, since, until)"
     ),
