@@ -231,7 +231,8 @@ class Profile(_Strict):
             )
         for name in self.queue_fallbacks:
             if name not in self.queues:
-                raise ValueError(f"queue_fallbacks: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
+                known = ", ".join(sorted(self.queues))
+                raise ValueError(f"queue_fallbacks: {name!r} is not one of the queues ({known})")
         for line in list(self.directives) + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
