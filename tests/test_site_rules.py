@@ -336,3 +336,17 @@ def test_cli_refuses_a_remote_abci_job_without_a_venv_in_one_line(tmp_path, hpc_
     )
     assert r.returncode == 2 and r.stdout == "", r.stderr
     assert r.stderr.count("\n") == 1 and "pass --venv PATH" in r.stderr
+
+
+def test_queue_fallbacks_name_queues_the_profile_has(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "name: mine\nextends: slurm\nqueues: {a: {min_nodes: 2}, b: {}}\ndefault_queue: a\nqueue_fallbacks: [b, c]\n"
+    )
+    with pytest.raises(ProfileError, match=r"queue_fallbacks: 'c' is not one of the queues \(a, b\)"):
+        profiles.load("mine", profile_file=str(mine))
+    mine.write_text(
+        "name: mine\nextends: slurm\nqueues: {a: {min_nodes: 2}, b: {}}\ndefault_queue: a\nqueue_fallbacks: [b]\n"
+    )
+    spec = JobSpec(cluster="mine", nodes=1, workdir="/w")
+    assert resolve(spec, profiles.load("mine", profile_file=str(mine)), cwd="/w").queue == "b"
