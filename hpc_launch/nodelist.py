@@ -15,8 +15,8 @@ Standard library only: this runs inside every job, often on 1000s of nodes.
 from __future__ import annotations
 
 import re
-from collections import Counter, OrderedDict
-from typing import Iterable, List, Tuple
+from collections import Counter
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from .errors import HostfileError
 
@@ -116,25 +116,25 @@ def _line_format(parts: List[str]) -> Tuple[str, int]:
 _PLAIN_HOSTS = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*\n)*")
 
 
-def _one_host_per_line(distinct: "Counter[str]") -> "OrderedDict[str, int] | None":
+def _one_host_per_line(distinct: "Counter[str]") -> "Optional[Dict[str, int]]":
     """The counts when every line is one plain host name; None when any line needs a closer look."""
     joined = "\n".join(distinct) + "\n"
     if not _PLAIN_HOSTS.fullmatch(joined):
         return None
-    return OrderedDict(distinct)
+    return distinct  # a Counter is a dict in first-seen order: no copy of 100,000 hosts
 
 
-def count_hosts(lines: Iterable[str], origin: str = "the node list") -> "OrderedDict[str, int]":
+def count_hosts(lines: Iterable[str], origin: str = "the node list") -> Dict[str, int]:
     """Hosts in first-seen order with their slots, read by content (see the module doc).
     One host per line: slots = how often the host appears (PBS: once per MPI rank)."""
-    lines = list(lines)
+    lines = lines if isinstance(lines, list) else list(lines)
     # Each distinct line once (a PBS node file repeats every host once per rank): Counter keeps
     # first-seen order, so node order survives.
     distinct = Counter(lines)
     fast = _one_host_per_line(distinct)
     if fast is not None:
         return fast
-    counts: "OrderedDict[str, int]" = OrderedDict()
+    counts: Dict[str, int] = {}
     seen_format = ""
     for line, times in distinct.items():
         parts = line.split()

@@ -10,7 +10,6 @@ SchedulerError only for an answer it cannot read. The contract, hook by hook, is
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -280,7 +279,7 @@ class Dialect:
         return CancelOutcome(sent=False, message=first or f"exit code {rc}")
 
     # ---- inside the job ----------------------------------------------------------------------
-    def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, "OrderedDict[str, int]"]]:
+    def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, Dict[str, int]]]:
         """(source, host -> slots) from this scheduler's node list, or None when not in its job."""
         from ..nodelist import count_hosts, read_node_file
 
