@@ -28,7 +28,7 @@ from .errors import SpecError
 from .protocol import CAPSULE_CODE, CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_RUNS, LOCAL_HOST
 
 if TYPE_CHECKING:
-    from .prepare import Prepared
+    from .spec import ResolvedJob
     from .records import JobRecord
     from .transport.base import Transport
 
@@ -124,28 +124,29 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-def manifest(prepared: "Prepared", code_source: Optional[str]) -> Tuple[Dict[str, Any], str]:
+def manifest(
+    job: "ResolvedJob", uploads: List[Tuple[str, str]], host: str, code_source: Optional[str]
+) -> Tuple[Dict[str, Any], str]:
     """capsule.json's content and the git diff: what this submission is (no secret: --pass-env
-    names only, never values)."""
-    job = prepared.job
+    names only, never values). `uploads`: (local file, path in the capsule) of the code sent."""
     code: Dict[str, Any]
     diff = ""
     if not job.script:
         code = {"kind": "shipped entrypoint", "hpc_launch": __version__}
-    elif prepared.uploads:
-        source = code_source or os.path.dirname(prepared.uploads[0][0])
+    elif uploads:
+        source = code_source or os.path.dirname(uploads[0][0])
         repo, diff = git_state(source)
         code = {
             "kind": "snapshot",
             "source": source,
-            "script": prepared.uploads[0][0],
+            "script": uploads[0][0],
             "files": [
                 {
                     "path": rel.split(f"{CAPSULE_CODE}/", 1)[-1],
                     "sha256": _sha256(local),
                     "bytes": os.path.getsize(local),
                 }
-                for local, rel in prepared.uploads
+                for local, rel in uploads
             ],
             "git": repo,
         }
@@ -156,7 +157,7 @@ def manifest(prepared: "Prepared", code_source: Optional[str]) -> Tuple[Dict[str
         "cluster": job.profile.name,
         "submitted_at": time.time(),
         "submitted_from": socket.gethostname(),
-        "submit_host": prepared.host,
+        "submit_host": host,
         "hpc_launch": __version__,
         "workdir": job.workdir,
         "nodes": job.nodes,

@@ -17,26 +17,10 @@ from typing import List, Mapping, Optional, Tuple
 from hpc_launch import protocol
 
 from . import ds_startup
-from .errors import TrainError
+from .errors import PreflightError
+from .rank_info import RankInfo
 
-
-class PreflightError(TrainError):
-    """The job started as something other than what was asked: nothing trains."""
-
-    exit_code = protocol.EXIT_PREFLIGHT
-
-    def __init__(self, message: str, *, hint: Optional[str] = None, every_rank: bool = False):
-        super().__init__(message, hint=hint)
-        self.every_rank = every_rank  # only this rank knows it (a duplicate, a missing verdict): it says so itself
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    rank: int
-    world_size: int
-    local_rank: int
-    local_size: Optional[int]  # ranks on this node, when the launcher says
-    source: str
+__all__ = ["PreflightError", "RankInfo", "discover", "export_env", "init_distributed"]
 
 
 @dataclass(frozen=True)

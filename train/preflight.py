@@ -28,7 +28,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from hpc_launch import protocol
 
-from .dist import PreflightError, RankInfo
+from .errors import PreflightError
+from .rank_info import RankInfo
 
 _KEY = "hpc-launch/preflight"
 _SIOCGIFFLAGS, _SIOCGIFADDR, _IFF_UP = 0x8913, 0x8915, 0x1

@@ -34,7 +34,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from hpc_launch import protocol
 
-from .dist import RankInfo
+from .rank_info import RankInfo
 
 _KEY = "hpc-launch/watchdog"
 PUBLISH_EVERY_S = 1.0

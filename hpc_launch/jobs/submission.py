@@ -143,7 +143,7 @@ def write_capsule(transport: Transport, prepared: "Prepared", workdir: str, writ
                 f"({copied.err.strip() or copied.rc})",
                 hint="pass --workdir with a directory you can write, with free space",
             )
-    manifest, diff = capsule.manifest(prepared, source)
+    manifest, diff = capsule.manifest(prepared.job, list(prepared.uploads), prepared.host, source)
     write(
         transport,
         f"{directory}/{CAPSULE_MANIFEST}",
