@@ -232,6 +232,47 @@ def load(record: "JobRecord", transport: "Transport") -> Capsule:
     return Capsule(path, json.loads(text), runs)
 
 
+def read_code(capsule: Capsule, transport: "Transport") -> List[Tuple[str, bytes]]:
+    """The capsule's copy of the user's code as (path under code/, bytes), the script first: a
+    snapshot's files, each checked against its recorded sha256; a script copied on the cluster
+    alone; none for the shipped entrypoint. `rerun` submits this copy elsewhere."""
+    code = capsule.manifest.get("code", {})
+    if code.get("kind") == "snapshot":
+        wanted = [(f["path"], f.get("sha256")) for f in code.get("files", [])]
+    elif code.get("kind") == "copied on the cluster" and code.get("script"):
+        wanted = [(str(code["script"]).rstrip("/").rsplit("/", 1)[-1], None)]
+    else:
+        return []
+    out, total = [], 0
+    for rel, digest in wanted:
+        norm = os.path.normpath(rel)
+        if os.path.isabs(norm) or norm == ".." or norm.startswith("../"):
+            raise SpecError(f"capsule {capsule.path} names a code file outside it: {rel!r}")
+        path = f"{capsule.path}/{CAPSULE_CODE}/{norm}"
+        data, offset = b"", 0
+        if transport.size(path) is None:
+            raise SpecError(
+                f"the capsule's copy of {rel} ({path}) is gone",
+                hint="give the code again with --script FILE",
+            )
+        while True:
+            chunk = transport.read_from(path, offset)
+            if not chunk:
+                break
+            data += chunk
+            offset += len(chunk)
+            total += len(chunk)
+            if total > MAX_BYTES:
+                raise SpecError(f"the capsule's code in {capsule.path} is over 16 MiB", hint="give --script FILE")
+        if digest and hashlib.sha256(data).hexdigest() != digest:
+            raise SpecError(
+                f"the capsule's copy of {rel} ({path}) changed since submit (its sha256 differs)",
+                hint="give the code with --script FILE",
+            )
+        out.append((norm, data))
+    return out
+
+
 def describe(capsule: Capsule) -> List[str]:
     """`hpc-launch show`'s lines: the submission, its code, the profile, each start of the job."""
     from .capsule_probe import differences

@@ -29,6 +29,7 @@ COMMANDS = [
     "clusters show",
     "show",
     "hosts",
+    "rerun",
 ]
 
 

@@ -1,4 +1,4 @@
-"""`submit` and `sweep`: options in, one call to the core, the job id (or sweep id) out."""
+"""`submit`, `sweep` and `rerun`: options in, one call to the core, the job id (or sweep id) out."""
 
 from __future__ import annotations
 
@@ -9,6 +9,37 @@ import typer
 
 from ..protocol import EXIT_SIGINT
 from .app import app, complete_clusters, expand_hosts, parse_env, say, split_args, split_list
+
+
+def _show_dry_run(prepared) -> None:
+    """--dry-run: the script on stdout, where it would go and the submit command on stderr."""
+    sys.stdout.write(prepared.script.text)
+    sys.stdout.flush()
+    sys.stderr.write(f"# script: {prepared.script_path}\n{prepared.submit_display()}\n")
+
+
+class _Announcer:
+    """Prints a submitted job's id the moment it is recorded (before Ctrl-C is let through), and
+    says what is true when Ctrl-C comes: nothing submitted, or which job keeps running."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def __call__(self, record) -> None:
+        self.records.append(record)
+        print(record.job_id, flush=True)
+        sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+
+    def interrupted(self) -> typer.Exit:
+        if not self.records:
+            say("interrupted before the job was submitted: nothing was submitted or recorded")
+        else:
+            job = self.records[0].job_id
+            say(
+                f"interrupted after job {job} was submitted and recorded: it keeps running. "
+                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}"
+            )
+        return typer.Exit(EXIT_SIGINT)
 
 
 @app.command()
@@ -163,31 +194,15 @@ def submit(
     )
     prepared = prepare(spec, profile_file=profile, note=say)
     if dry_run:
-        sys.stdout.write(prepared.script.text)
-        sys.stdout.flush()
-        sys.stderr.write(f"# script: {prepared.script_path}\n{prepared.submit_display()}\n")
+        _show_dry_run(prepared)
         return
     from ..jobs import submit as submit_job
 
-    announced: list = []
-
-    def announce(record) -> None:  # runs before Ctrl-C is let through: the id is always printed
-        announced.append(record)
-        print(record.job_id, flush=True)
-        sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
-
+    announce = _Announcer()
     try:
         record = submit_job(prepared, on_recorded=announce)
     except KeyboardInterrupt:
-        if not announced:
-            say("interrupted before the job was submitted: nothing was submitted or recorded")
-        else:
-            job = announced[0].job_id
-            say(
-                f"interrupted after job {job} was submitted and recorded: it keeps running. "
-                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}"
-            )
-        raise typer.Exit(EXIT_SIGINT) from None
+        raise announce.interrupted() from None
     if follow:
         from ..follow import follow_chain
 
@@ -313,3 +328,107 @@ def sweep(
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_SIGINT) from None
     raise typer.Exit(code)
+
+
+@app.command()
+def rerun(
+    job_id: str = typer.Argument(..., metavar="JOB_ID", help="the job to run again (as printed by submit)"),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="where to run it (default: the job's own cluster)",
+    ),
+    from_cluster: Optional[str] = typer.Option(
+        None, "--from", metavar="NAME", help="the job's cluster, when its id exists on several"
+    ),
+    nodes: Optional[int] = typer.Option(
+        None, "--nodes", "-n", metavar="N", help="number of nodes (default: the job's)"
+    ),
+    gpus_per_node: Optional[int] = typer.Option(
+        None,
+        "--gpus-per-node",
+        "-g",
+        metavar="N",
+        help="GPUs (ranks) per node (default: the job's, if the node has them)",
+    ),
+    queue: Optional[str] = typer.Option(
+        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
+    ),
+    walltime: Optional[str] = typer.Option(
+        None, "--walltime", "-t", metavar="TIME", help="HH:MM:SS (default: the job's)"
+    ),
+    group: Optional[str] = typer.Option(
+        None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project on the new cluster"
+    ),
+    name: Optional[str] = typer.Option(None, "--name", "-N", metavar="NAME", help="job name (default: the job's)"),
+    modules: Optional[str] = typer.Option(
+        None, "--modules", metavar="A,B", help="modules to load (default: the new cluster's profile's)"
+    ),
+    env: List[str] = typer.Option(
+        [], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in the job, besides the job's (repeatable)"
+    ),
+    pass_env: List[str] = typer.Option(
+        [], "--pass-env", metavar="NAME", help="another secret's NAME, besides the job's (repeatable)"
+    ),
+    script: Optional[str] = typer.Option(
+        None, "--script", metavar="FILE", help="this script instead of the capsule's copy of the job's code"
+    ),
+    train_args: Optional[str] = typer.Option(
+        None, "--train-args", metavar="'ARGS'", help="training arguments instead of the job's"
+    ),
+    directive: List[str] = typer.Option(
+        [], "--directive", "-d", metavar="'DIRECTIVE'", help="extra scheduler directive (repeatable)"
+    ),
+    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="pods: comma-separated node names/IPs"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job runs and logs"),
+    venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
+    login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="submit over SSH on this host"),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    ),
+    chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs (default: the job's)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
+    ),
+) -> None:
+    """Submit a job's training again, from its capsule, on another cluster (or the same): its code, training \
+arguments, nodes and walltime; modules, venv, queue and group from the new cluster's profile and your options."""
+    from ..jobs import RerunUI, rerun as rerun_job
+    from ..records import JobStore
+
+    announce = _Announcer()
+    options = dict(
+        cluster=cluster,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        queue=queue,
+        walltime=walltime,
+        group=group,
+        name=name,
+        modules=split_list(modules),
+        env=parse_env(env),
+        pass_env=list(pass_env),
+        script=script,
+        train_args=split_args(train_args),
+        directives=list(directive),
+        hosts=expand_hosts(hosts),
+        workdir=workdir,
+        venv=venv,
+        login=login,
+        chain=chain,
+    )
+    try:
+        rerun_job(
+            JobStore(),
+            job_id,
+            options,
+            RerunUI(say=say, dry_run=_show_dry_run, on_recorded=announce),
+            from_cluster=from_cluster,
+            profile_file=profile,
+            dry_run=dry_run,
+        )
+    except KeyboardInterrupt:
+        raise announce.interrupted() from None

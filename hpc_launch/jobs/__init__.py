@@ -7,6 +7,7 @@
   state       who decides a job's state, refresh(), a follower's state_poller()
   cancel      cancel() a job, cancel_group() a sweep's or an array's jobs
   logfile     a job's whole log and its capsule, wherever it ran
+  rerun       rerun() a job's training from its capsule on another site (or the same)
 
 Data flows one way: prepare.Prepared -> submission -> placing -> records; state and cancel read
 records and ask the scheduler through the record's dialect.
@@ -20,6 +21,7 @@ from .logfile import capsule_of, log_text_or_empty, read_whole_log
 from .groups import chain_links, find_jobs, group_members, lookup, submit_array
 from .placing import NotRecorded, record_for, run_submit, signals_held
 from .state import NeverRuns, Outcome, exit_hint, query, refresh, refresh_is_cheap, state_from_exit_code, state_poller
+from .rerun import RerunUI, rerun
 from .submission import adopt, submit
 
 __all__ = [
@@ -51,4 +53,6 @@ __all__ = [
     "capsule_of",
     "log_text_or_empty",
     "read_whole_log",
+    "RerunUI",
+    "rerun",
 ]
