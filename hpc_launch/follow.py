@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from .display import LogFilter, format_summary, summarise
 from .logs import follow, read_exit_code
 from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
+from .jobs.state import start_words
 from .protocol import EXIT_SIGINT, bad_hosts_in
 
 
@@ -32,13 +33,22 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         status = Console(stderr=True).status(f"{record.job_id} queued: waiting for {record.log_path}")
     collected: List[str] = []
     shown = LogFilter(show_all=show_all)
-    said = {"comment": record.comment, "note": None}
+    said: Dict[str, Any] = {"comment": record.comment, "note": None, "start": None}
 
     def on_wait(seconds: float) -> None:
         if status is not None:
-            why = f" ({said['comment']})" if said["comment"] else ""
+            start = start_words(said["start"]) if said["start"] is not None else ""
+            why = f" (start: {start})" if start else f" ({said['comment']})" if said["comment"] else ""
             status.update(f"{record.job_id} on {record.cluster}: queued for {int(seconds)} s{why}, waiting for its log")
             status.start()
+
+    def on_start(rec: JobRecord) -> None:
+        # the scheduler's start estimate or pending reason changed: a terminal's waiting line
+        # shows it at the next wait; elsewhere one plain line per change
+        said["start"] = rec
+        words = start_words(rec)
+        if status is None and words:
+            sys.stderr.write(f"hpc-launch: {record.job_id}: waiting to start: {words}\n")
 
     def on_comment(comment: str) -> None:
         said["comment"] = comment
@@ -73,7 +83,7 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         final = follow(
             transport,
             record.log_path,
-            state=state_poller(transport, record, store, on_comment=on_comment),
+            state=state_poller(transport, record, store, on_comment=on_comment, on_start=on_start),
             write=write,
             on_wait=on_wait,
             script=record.script_name,

@@ -144,9 +144,20 @@ JOB_JSON_KEYS = (
 )
 
 
-def show_jobs(records: Sequence[Any], as_json: bool) -> None:
+def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> None:
+    """The jobs as a table or JSON; `starts` (status): a queued job's start estimate and why it
+    waits, as the scheduler said at this refresh (a "starts" column; JSON `estimated_start`, epoch
+    seconds or null, and `pending_reason`)."""
+    from ..jobs.state import start_of, start_words
+
     if as_json:
-        print_json([{key: getattr(r, key) for key in JOB_JSON_KEYS} for r in records])
+        out = []
+        for r in records:
+            item = {key: getattr(r, key) for key in JOB_JSON_KEYS}
+            if starts:
+                item["estimated_start"], item["pending_reason"] = start_of(r)
+            out.append(item)
+        print_json(out)
         return
     import time
 
@@ -158,12 +169,12 @@ def show_jobs(records: Sequence[Any], as_json: bool) -> None:
             r.state,
             "" if r.exit_code is None else str(r.exit_code),
             time.strftime("%m-%d %H:%M:%S", time.localtime(r.submit_time)),
+            *((start_words(r),) if starts else ()),
             r.host,
             r.log_path,
             r.comment,
         )
         for r in records
     ]
-    print_table(
-        ("job id", "cluster", "name", "state", "exit", "submitted", "host", "log", "scheduler says"), rows, width=200
-    )
+    columns = ["job id", "cluster", "name", "state", "exit", "submitted", *(["starts"] if starts else [])]
+    print_table(columns + ["host", "log", "scheduler says"], rows, width=200)

@@ -97,7 +97,7 @@ def status(
             problems.append(damaged)
     if not job_ids:
         records = store.list(cluster=cluster, active_only=True, on_damaged=problems.append)
-    show_jobs(refresh(store, records, on_unreached=problems.append), json_)
+    show_jobs(refresh(store, records, on_unreached=problems.append), json_, starts=True)
     _warn(problems, fail=True)
 
 
@@ -275,12 +275,41 @@ def report(
         autocompletion=complete_clusters,
         help="when an id exists on several clusters",
     ),
+    plan_samples: Optional[int] = typer.Option(
+        None,
+        "--plan-samples",
+        metavar="N",
+        min=1,
+        help="a planned training's total samples (e.g. 108000000 for 1.2M x 90 epochs): wall time and "
+        "node-hours per node count in the scaling table",
+    ),
+    plan_steps: Optional[int] = typer.Option(
+        None,
+        "--plan-steps",
+        metavar="N",
+        min=1,
+        help="a planned training's optimizer steps, times each node count's measured global batch",
+    ),
+    min_efficiency: float = typer.Option(
+        0.7,
+        "--min-efficiency",
+        metavar="F",
+        help="the parallel-efficiency floor for the proposed node count (0 < F <= 1)",
+    ),
 ) -> None:
     """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
-    configuration; for one job also its loss and samples/s over steps (steps.png)."""
-    from ..report import report_jobs
+    configuration; for one job also its loss and samples/s over steps (steps.png); for one
+    configuration at several node counts a scaling table (scaling.csv, scaling.png)."""
+    from ..report import Plan, report_jobs
 
-    written, notes = report_jobs(job_ids, out, cluster)
+    if plan_samples is not None and plan_steps is not None:
+        raise typer.BadParameter(
+            "give --plan-samples or --plan-steps, not both", param_hint="--plan-samples/--plan-steps"
+        )
+    if not 0 < min_efficiency <= 1:
+        raise typer.BadParameter(f"{min_efficiency} is not in (0, 1], e.g. 0.7", param_hint="--min-efficiency")
+    plan = Plan(samples=plan_samples, steps=plan_steps, min_efficiency=min_efficiency)
+    written, notes = report_jobs(job_ids, out, cluster, plan)
     for note in notes:
         say(note)
     say("report: " + ", ".join(written))

@@ -29,10 +29,21 @@ class StatusInfo:
     ended: bool = False
     comment: str = ""  # the scheduler's reason (PBS comment, Slurm reason), shown to the user
     never_runs: bool = False  # the scheduler says the job can never start (end the follow)
+    # when the scheduler expects a queued job to start (epoch s), where its status answer says
+    # it (PBS Pro's estimated.start_time); None: not said
+    estimated_start: Optional[float] = None
 
     @property
     def active(self) -> bool:
         return not (self.ended or self.state.terminal)
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """What the scheduler says of a queued job's start (`Dialect.start_estimates`)."""
+
+    at: Optional[float] = None  # epoch seconds; None: the scheduler has no estimate yet
+    reason: str = ""  # why it waits, in plain words after the scheduler's own code
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,10 @@ class Dialect:
       error); `accounting(run, id)` -> StatusInfo from the accounting records, or None;
       `log_verdict(log_tail)` -> the scheduler's own kill message in the log, or None;
       `exit_state(code)` -> the state an exit status means to this scheduler.
+      `start_estimates(run, ids)` -> {id: StartEstimate} for queued jobs: when the scheduler
+      expects each to start and why it waits (ONE command for all of a cluster's queued jobs,
+      asked only when some are queued; default: none). `estimates_start`: the scheduler can give
+      a start time at all (False: `status` says "no estimate from <title>", never a guess).
     Cancelling: `cancel_argv(id)`, `parse_cancel(rc, out, err)` -> CancelOutcome.
     Inside a job: `nodefile_vars`, `nodes_from_env(env)` -> (source, host -> slots) or None.
     Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
@@ -118,6 +133,9 @@ class Dialect:
     # Shell run at the start of a job the scheduler restarted by itself: says so, and reports the
     # hosts that failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS ("": this scheduler cannot tell).
     restarted_shell: str = ""
+    # The scheduler can estimate when a queued job starts (by `start_estimates` or in its status
+    # answer's `StatusInfo.estimated_start`).
+    estimates_start = False
     # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)
     failure_wording: Mapping[str, Tuple[str, ...]] = {}
 
@@ -260,6 +278,12 @@ class Dialect:
         it for a limit (walltime, memory). Asked when the job was killed by a signal and the
         scheduler no longer says why. None: no such line."""
         return None
+
+    def start_estimates(self, run: Run, job_ids: Sequence[str]) -> Dict[str, "StartEstimate"]:
+        """{id: StartEstimate} for these queued jobs, in one command; a job missing from the
+        answer has no estimate. Never raises for an answer it cannot read: an estimate is a
+        courtesy, it never stops a refresh. Default: none."""
+        return {}
 
     def exit_state(self, code: int) -> JobState:
         """What the scheduler's exit status for a finished job means."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
@@ -120,6 +121,17 @@ def parse_table(text: str) -> Dict[str, Tuple[str, str]]:
     return rows
 
 
+def qstat_time(value: str) -> Optional[float]:
+    """A `qstat -f` time (`Sun Nov 22 22:25:24 2026`, the server's local time, read as ours)
+    -> epoch seconds; None when absent or unreadable. The scheduler's backfill sets the job's
+    `estimated.start_time` when it computes one (pbs_job_attributes(7B), "estimated";
+    https://github.com/openpbs/openpbs/blob/master/doc/man1/pbs_job_attributes.7B)."""
+    try:
+        return time.mktime(time.strptime(" ".join(value.split()), "%a %b %d %H:%M:%S %Y"))
+    except ValueError:
+        return None
+
+
 def _int(value: Optional[str]) -> Optional[int]:
     return int(value) if value and re.fullmatch(r"-?\d+", value.strip()) else None
 
@@ -191,6 +203,8 @@ class PBSPro(Dialect):
             r"Can Never Run: (?P<why>.*?)\s*$",
         ),
     }
+
+    estimates_start = True  # qstat -f's estimated.start_time, when the backfill computes it
 
     def log_verdict(self, log_tail: str) -> Optional[StatusInfo]:
         return kill_reason(log_tail)
@@ -289,7 +303,14 @@ class PBSPro(Dialect):
         comment = attrs.get("comment", "").strip()
         if letter not in _ENDED:
             state = _LETTER.get(letter, JobState.UNKNOWN)  # an unknown letter never ends a job
-            return StatusInfo(state, None, letter, comment=comment, never_runs=comment.startswith(NEVER_RUN))
+            return StatusInfo(
+                state,
+                None,
+                letter,
+                comment=comment,
+                never_runs=comment.startswith(NEVER_RUN),
+                estimated_start=qstat_time(attrs.get("estimated.start_time", "")),
+            )
         substate = _int(attrs.get("substate"))
         code = _int(attrs.get("Exit_status", attrs.get("exit_status")))
         if attrs.get("array", "").strip() == "True":

@@ -8,11 +8,12 @@ asks for). sacct(1) prints the same words, with `CANCELLED by UID`, and a `+` wh
 from __future__ import annotations
 
 import re
+import time
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import protocol
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, last_matching_line
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
 _CODES: Dict[str, Tuple[str, JobState, str]] = {
@@ -58,6 +59,49 @@ for _long, (_short, _state, _note) in _CODES.items():
 _NEVER_RUNS = re.compile(r"^(DependencyNeverSatisfied|(Assoc|QOS)Max\w*PerJob\w*)$")
 # Reasons that repeat what the state already says.
 _QUIET_REASONS = {"", "None", "NonZeroExitCode", "TimeLimit"}
+
+# Why a pending job waits, in plain words: squeue(1) "JOB REASON CODES" and
+# https://slurm.schedmd.com/job_reason_codes.html (the common ones; any other code is shown as it is).
+REASON_WORDS: Dict[str, str] = {
+    "Priority": "waiting for higher-priority jobs",
+    "Resources": "waiting for nodes",
+    "Dependency": "waiting for the job it depends on to end",
+    "DependencyNeverSatisfied": "the job it depends on ended in a way that never satisfies it",
+    "BeginTime": "its --begin time has not come",
+    "JobHeldUser": "held by its owner (`scontrol release ID` lets it run)",
+    "JobHeldAdmin": "held by an administrator",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "NodeDown": "a node it needs is down",
+    "PartitionDown": "its partition is down",
+    "PartitionInactive": "its partition is inactive",
+    "PartitionNodeLimit": "it asks for more nodes than its partition allows",
+    "PartitionTimeLimit": "it asks for more time than its partition allows",
+    "Reservation": "waiting for its reservation to start",
+    "Licenses": "waiting for licenses",
+    "BadConstraints": "no node matches its constraints",
+    "InvalidAccount": "its account is not valid",
+    "InvalidQOS": "its QOS is not valid",
+}
+# Families of limits (AssocGrpGRES, QOSMaxJobsPerUserLimit, ...), tried in order.
+_REASON_FAMILIES = (
+    (r"QOSMax\w*PerUser", "the QOS's per-user limit is reached: it starts when your other jobs end"),
+    (r"QOSMax\w*PerAccount|MaxJobsPerAccount", "the QOS's per-account limit is reached"),
+    (r"AssocGrp", "your account's (association's) group limit is reached: it starts when its jobs free it"),
+    (r"AssocMax\w*PerJob", "it exceeds your account's per-job limit"),
+    (r"QOSGrp", "the QOS's group limit is reached: it starts when its jobs free it"),
+    (r"QOSMax\w*PerJob", "it exceeds the QOS's per-job limit"),
+    (r"AssocMax|QOSMax", "a limit of your account or QOS is reached"),
+)
+
+
+def reason_words(code: str) -> str:
+    """A Slurm reason code -> `Code: plain words` (the code alone when it has none). squeue
+    writes some with details (`ReqNodeNotAvail, UnavailableNodes:pod1`): the code is the head."""
+    code = code.strip()
+    head = re.split(r"[,\s]", code, maxsplit=1)[0]
+    words = REASON_WORDS.get(head) or next((w for p, w in _REASON_FAMILIES if re.match(p, head)), "")
+    return f"{code}: {words}" if words and code not in _QUIET_REASONS else code
+
 
 SQUEUE_FORMAT = "%i|%T|%r"
 SACCT_FORMAT = "JobID,State,ExitCode"
@@ -202,6 +246,47 @@ class Slurm(Dialect):
             for one in _array_members(job):  # `12_[0-1,4]`: pending tasks not yet split off
                 if one in wanted:
                     result[one] = state_of(word, reason)
+        return result
+
+    # ---- when a queued job starts ---------------------------------------------------------------
+    estimates_start = True
+
+    @staticmethod
+    def start_argv(job_ids: Sequence[str]) -> List[str]:
+        # squeue(1) --start: the backfill scheduler's expected start (%S) of pending jobs only.
+        # SLURM_TIME_FORMAT=%s (squeue(1) ENVIRONMENT, a strftime format): epoch seconds, not the
+        # login node's local time without a zone.
+        return [
+            "env",
+            "SLURM_TIME_FORMAT=%s",
+            "squeue",
+            "--start",
+            "--noheader",
+            "--format=%i|%S|%r",
+            "--jobs=" + ",".join(job_ids),
+        ]
+
+    def start_estimates(self, run: Run, job_ids: Sequence[str]) -> Dict[str, StartEstimate]:
+        if not job_ids:
+            return {}
+        return self.parse_start(run(self.start_argv(job_ids)).out or "", job_ids)
+
+    @staticmethod
+    def parse_start(out: str, job_ids: Iterable[str]) -> Dict[str, StartEstimate]:
+        """`%i|%S|%r` lines: %S is epoch seconds (ours), `2026-11-26T03:00:39` (the default,
+        read as this machine's local time) or `N/A` (not estimated yet)."""
+        wanted = set(job_ids)
+        result: Dict[str, StartEstimate] = {}
+        for line in out.splitlines():
+            job, start, reason = (line.strip().split("|", 2) + ["", ""])[:3]
+            at: Optional[float] = None
+            if start.isdigit():
+                at = float(start)
+            elif re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", start):
+                at = time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S"))
+            for one in _array_members(job.strip()):
+                if one in wanted:
+                    result[one] = StartEstimate(at, reason_words(reason))
         return result
 
     def accounting(self, run: Run, job_id: str) -> Optional[StatusInfo]:

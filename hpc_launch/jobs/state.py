@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .. import dialects
 from ..dialects import Dialect, StatusInfo
@@ -94,6 +94,9 @@ class Outcome:
     raw: str = ""  # the scheduler's word, or where the answer came from
     comment: str = ""
     never_runs: bool = False
+    # a queued job: when the scheduler expects it to start (epoch s) and why it waits
+    estimated_start: Optional[float] = None
+    pending_reason: str = ""
 
 
 def runner(transport: Transport, rec: JobRecord) -> Callable[[List[str]], Any]:
@@ -108,7 +111,19 @@ def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
     dialect = dialects.get(records[0].dialect)
     run = runner(transport, records[0])
     known = dialect.query_jobs(run, {r.job_id: r.script_name for r in records})
-    return {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
+    answers = {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
+    queued = [job for job, got in answers.items() if got.state == JobState.QUEUED]
+    if queued:  # one more command, only while some wait
+        try:
+            estimates = dialect.start_estimates(run, queued)
+        except (SchedulerError, TransportError):
+            estimates = {}  # a courtesy: never what stops a refresh
+        for job in queued:
+            est, info = estimates.get(job), known.get(job)
+            at = est.at if est is not None and est.at is not None else (info.estimated_start if info else None)
+            reason = (est.reason if est is not None else "") or answers[job].comment
+            answers[job] = replace(answers[job], estimated_start=at, pending_reason=reason)
+    return answers
 
 
 def _decide(
@@ -156,16 +171,63 @@ def _log_tail(transport: Transport, rec: JobRecord, size: int = 16384) -> str:
         return ""
 
 
+START_KEY = "start_estimate"  # a queued job's record.extra: {"at": epoch s or None, "reason": why it waits}
+
+
+def start_of(rec: JobRecord) -> Tuple[Optional[float], str]:
+    """(estimated start, why it waits) of a queued job as last refreshed; (None, "") otherwise."""
+    got = (rec.extra or {}).get(START_KEY) if JobState(rec.state) == JobState.QUEUED else None
+    if not isinstance(got, dict):
+        return None, ""
+    at = got.get("at")
+    return (float(at) if isinstance(at, (int, float)) else None), str(got.get("reason") or "")
+
+
+def span_words(seconds: float) -> str:
+    """A duration as `2h10m`, `3d4h`, `5m`, `40s` (two units at most: an estimate is rough)."""
+    s = max(0, int(seconds))
+    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if d:
+        return f"{d}d{h}h" if h else f"{d}d"
+    if h:
+        return f"{h}h{m:02d}m" if m else f"{h}h"
+    return f"{m}m" if m else f"{s}s"
+
+
+def start_words(rec: JobRecord, now: Optional[float] = None) -> str:
+    """When a queued job starts and why it waits, in plain words (`status`'s "starts" column and a
+    follower's waiting line): `in 2h10m (Resources: waiting for nodes)`. "" for a job not queued."""
+    if JobState(rec.state) != JobState.QUEUED:
+        return ""
+    at, reason = start_of(rec)
+    dialect = dialects.get(rec.dialect)
+    if at is not None:
+        left = at - (time.time() if now is None else now)
+        when = f"in {span_words(left)}" if left >= 60 else "any moment (the estimate is due)"
+    elif not dialect.has_scheduler:
+        return reason
+    elif dialect.estimates_start:
+        when = "not estimated yet"
+    else:  # the scheduler has none to give: say so rather than guess
+        when = f"no estimate from {dialect.title}"
+    return f"{when} ({reason})" if reason else when
+
+
 def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Optional[Transport] = None) -> None:
     """Record what the scheduler said; when the job has just ended, also the hosts it found bad
     (remembered for the cluster, so later jobs avoid them)."""
     fields: dict = {"state": got.state.value}
+    extra = {k: v for k, v in (rec.extra or {}).items() if k != START_KEY}
+    if got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
+        extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
         bad = bad_hosts_of(transport, rec, got)
         if bad:
             store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
-            fields["extra"] = {**(rec.extra or {}), "bad_hosts": bad}
+            extra["bad_hosts"] = bad
             avoid_in_later_links(store, rec, transport)
+    if extra != (rec.extra or {}):
+        fields["extra"] = extra
     if got.exit_code is not None:
         fields["exit_code"] = got.exit_code
     if got.comment != rec.comment:
@@ -304,10 +366,13 @@ def state_poller(
     record: JobRecord,
     store: Optional[JobStore] = None,
     on_comment: Optional[Callable[[str], None]] = None,
+    on_start: Optional[Callable[[JobRecord], None]] = None,
 ):
     """A `state()` callable for logs.follow that keeps the record up to date and reports the
-    scheduler's comment when it changes."""
-    seen = {"comment": record.comment}
+    scheduler's comment when it changes, and (`on_start`, with the record and its new estimate) a queued
+    job's start estimate or pending reason when it changes (to the minute: backfill moves it by
+    seconds at every pass)."""
+    seen: Dict[str, Any] = {"comment": record.comment, "start": None}
 
     def state() -> JobState:
         current = store.get(record.job_id, record.cluster) if store else record
@@ -317,6 +382,17 @@ def state_poller(
         if got.comment and got.comment != seen["comment"] and on_comment is not None:
             on_comment(got.comment)
         seen["comment"] = got.comment
+        start = (None if got.estimated_start is None else round(got.estimated_start / 60), got.pending_reason)
+        if got.state == JobState.QUEUED and start != seen["start"] and on_start is not None:
+            at_rest = {k: v for k, v in (current.extra or {}).items() if k != START_KEY}
+            on_start(
+                replace(
+                    current,
+                    state=got.state.value,
+                    extra={**at_rest, START_KEY: {"at": got.estimated_start, "reason": got.pending_reason}},
+                )
+            )
+        seen["start"] = start
         if got.never_runs:
             raise NeverRuns(
                 f"job {record.job_id} will never run: {got.comment}",
