@@ -30,6 +30,7 @@ COMMANDS = [
     "show",
     "hosts",
     "rerun",
+    "where",
 ]
 
 

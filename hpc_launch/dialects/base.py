@@ -47,6 +47,17 @@ class StartEstimate:
 
 
 @dataclass(frozen=True)
+class WouldStart:
+    """What the scheduler says, without submitting, of when a job would start
+    (`Dialect.parse_test_submit`)."""
+
+    at: Optional[float] = None  # epoch seconds; None: no time said
+    hosts: str = ""  # the nodes it would run on, as the scheduler writes them (`pod[1-2]`)
+    queue: str = ""  # the queue / partition it would run in
+    error: str = ""  # the scheduler's refusal, one line: as asked, the job could not be queued
+
+
+@dataclass(frozen=True)
 class CancelOutcome:
     sent: bool  # the scheduler took the request (the job ends asynchronously)
     already_ended: bool = False  # the job had finished or left before the request
@@ -96,6 +107,10 @@ class Dialect:
       expects each to start and why it waits (ONE command for all of a cluster's queued jobs,
       asked only when some are queued; default: none). `estimates_start`: the scheduler can give
       a start time at all (False: `status` says "no estimate from <title>", never a guess).
+    Before submitting (hpc_launch/jobs/where.py): `test_submit_argv(script_path, submit_flags=...)`
+      -> a command that asks the scheduler when the job in `script_path` would start without
+      queueing it (Slurm's `sbatch --test-only`); None (the default): no such command exists, and
+      `where` says "no estimate without submitting". `parse_test_submit(rc, out, err)` -> WouldStart.
     Cancelling: `cancel_argv(id)`, `parse_cancel(rc, out, err)` -> CancelOutcome.
     Inside a job: `nodefile_vars`, `nodes_from_env(env)` -> (source, host -> slots) or None.
     Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
@@ -201,6 +216,13 @@ class Dialect:
             + self.held_flags(depend_on)
             + self.script_args(script_path)
         )
+
+    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
+        """A command that says when the job would start without submitting it; None: none exists."""
+        return None
+
+    def parse_test_submit(self, rc: int, out: str, err: str) -> WouldStart:
+        raise NotImplementedError
 
     def base_submit_flags(self) -> List[str]:
         """Flags that come first on every submit command of this scheduler (Slurm's --parsable)."""

@@ -8,6 +8,7 @@
   cancel      cancel() a job, cancel_group() a sweep's or an array's jobs
   logfile     a job's whole log and its capsule, wherever it ran
   rerun       rerun() a job's training from its capsule on another site (or the same)
+  where       where() the same job would start on each of several clusters, before submitting
 
 Data flows one way: prepare.Prepared -> submission -> placing -> records; state and cancel read
 records and ask the scheduler through the record's dialect.
@@ -23,6 +24,7 @@ from .placing import NotRecorded, record_for, run_submit, signals_held
 from .state import NeverRuns, Outcome, exit_hint, query, refresh, refresh_is_cheap, state_from_exit_code, state_poller
 from .rerun import RerunUI, rerun
 from .submission import adopt, submit
+from .where import Where, where, where_line
 
 __all__ = [
     "CancelResult",
@@ -55,4 +57,7 @@ __all__ = [
     "read_whole_log",
     "RerunUI",
     "rerun",
+    "Where",
+    "where",
+    "where_line",
 ]
