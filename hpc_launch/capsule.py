@@ -171,6 +171,7 @@ def manifest(
         "conda": job.conda,
         "env": dict(job.env),
         "pass_env_names": list(job.pass_env),
+        "notify": job.notify,  # the name of the variable holding the webhook, never its value
         "train_args": list(job.train_args),
         "exclude": list(job.exclude),
         "spares": job.spares,

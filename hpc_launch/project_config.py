@@ -61,6 +61,7 @@ def _schema() -> type:
         hosts: Optional[Union[List[str], str]] = None
         login: Optional[str] = None
         pass_env: List[str] = []
+        notify: Optional[str] = None
         stop_before: Optional[Union[str, int]] = None
         chain: Optional[Annotated[int, msgspec.Meta(ge=1)]] = None
         gather: Optional[Annotated[int, msgspec.Meta(ge=1, le=65535)]] = None

@@ -51,6 +51,7 @@ class JobSpec:
     pass_env: List[str] = field(
         default_factory=list
     )  # names whose values reach the job in a 0600 file, never written in the script
+    notify: Optional[str] = None  # the variable holding a webhook URL: the job posts its start and end (notify.py)
     stop_before: Optional[str] = (
         None  # checkpoint and stop this long before the walltime (default: a tenth, 30 s to 5 min)
     )
@@ -79,6 +80,7 @@ _TEXT_OPTIONS = {
     "conda": "--conda",
     "login": "--login",
     "stop_before": "--stop-before",
+    "notify": "--notify",
 }
 
 
@@ -92,6 +94,8 @@ def spec_from(config: Dict[str, Any], overrides: Dict[str, Any]) -> JobSpec:
                 what = f"{source} `{key}`" if source else option
                 raise SpecError(f"{what} is empty", hint="give a value, or leave it out for the default")
     merged = dict(config)
+    if os.environ.get("HPC_LAUNCH_NOTIFY", "").strip():  # the user's default, under the project file's
+        merged.setdefault("notify", os.environ["HPC_LAUNCH_NOTIFY"].strip())
     for key, value in overrides.items():
         if value is None or value == [] or value == {}:
             continue
@@ -133,6 +137,7 @@ class ResolvedJob:
     conda: Optional[str]
     login: Optional[str]
     pass_env: List[str] = field(default_factory=list)
+    notify: Optional[str] = None  # in pass_env too: the webhook URL travels as a secret
     stop_before_s: int = 0  # 0: no deadline (no scheduler, no walltime)
     chain: int = 1
     exclude: List[str] = field(
@@ -351,21 +356,26 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             )
     # --pass-env values travel in a 0600 file the job reads and deletes (hpc_launch/secrets.py)
     pass_env = list(dict.fromkeys(spec.pass_env or []))
+    # --notify NAME: a webhook URL is a secret (anyone holding it can post), so it travels as one
+    notify = spec.notify.strip() if spec.notify else None
+    if notify and notify not in pass_env:
+        pass_env.append(notify)
     for key in pass_env:
+        opt = "--notify" if key == notify else "--pass-env"
         if not _ENV_KEY.match(key):
-            raise SpecError(f"--pass-env {key!r} is not a variable name")
+            raise SpecError(f"{opt} {key!r} is not a variable name")
         if key.upper().startswith("HPC_LAUNCH_"):
             raise SpecError(
-                f"--pass-env {key}: names starting with HPC_LAUNCH_ belong to the job script",
+                f"{opt} {key}: names starting with HPC_LAUNCH_ belong to the job script",
                 hint="pass the value under another name",
             )
         if key in env:
             raise SpecError(
-                f"{key} is given both as --env (or in the profile's env:) and as --pass-env",
+                f"{key} is given both as --env (or in the profile's env:) and as {opt}",
                 hint=f"drop one of them; a secret belongs in --pass-env {key}",
             )
         if key not in os.environ:
-            raise SpecError(f"--pass-env {key}: it is not set in this shell", hint=f"export {key}=... first")
+            raise SpecError(f"{opt} {key}: it is not set in this shell", hint=f"export {key}=... first")
     if pass_env and launcher.env_file and spec.nodes > 1:
         # DeepSpeed's multi-node runner puts what it forwards on a command line: pdsh's
         # `export K=V; ...`, mpirun's `-x K=V` (deepspeed/launcher/multinode_runner.py)
@@ -475,6 +485,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         conda=conda,
         login=login,
         pass_env=pass_env,
+        notify=notify,
         stop_before_s=stop_before_s,
         chain=spec.chain,
         exclude=exclude if dialect.has_scheduler else [],

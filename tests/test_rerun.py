@@ -151,3 +151,25 @@ def test_a_capsule_on_the_login_host_comes_here_whole_and_checked(transport, tmp
     outside = Capsule(found.path, {"code": {"kind": "snapshot", "files": [{**listed[0], "path": "../../x.py"}]}}, [])
     with pytest.raises(SpecError, match="outside it"):
         _code(outside, SimpleNamespace(host="login-host", job_id="7"), transport, str(scratch))
+
+
+def test_a_rerun_keeps_the_jobs_notification_by_its_variables_name(hpc_launch_bin, tmp_path):
+    (tmp_path / "quick.py").write_text("print('quick ran')\n")
+    hook = "http://127.0.0.1:9/hooks/T0k3n"  # nothing listens: the job's posts fail quietly
+    r = _run(
+        hpc_launch_bin, tmp_path, "submit", "-c", "local", "-g", "1", "--script", "quick.py", "--notify", "MY_HOOK",
+        MY_HOOK=hook,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.split()[0]
+    try:
+        r = _run(
+            hpc_launch_bin, tmp_path, "rerun", job, "-c", "abci", "-P", "g", "--venv", "/v", "--login", "local",
+            "--dry-run", MY_HOOK=hook,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "--url-from MY_HOOK" in r.stdout and "hpc_launch_notify --event start" in r.stdout
+        assert "T0k3n" not in r.stdout + r.stderr
+        assert "notify via $MY_HOOK" in next(line for line in r.stderr.splitlines() if "carried over:" in line)
+    finally:
+        _run(hpc_launch_bin, tmp_path, "cancel", job)

@@ -83,6 +83,13 @@ def submit(
         help="NAME of a variable set in this shell (a secret): the job gets it "
         "from a file only you can read (repeatable)",
     ),
+    notify: Optional[str] = typer.Option(
+        None,
+        "--notify",
+        metavar="NAME",
+        help="NAME of a variable set in this shell holding a webhook URL (Slack, Mattermost, ntfy): "
+        "the job posts its start and end there; the URL travels as a --pass-env secret",
+    ),
     script: Optional[str] = typer.Option(
         None, "--script", metavar="FILE", help="your own training script instead of `python -m train`"
     ),
@@ -185,6 +192,7 @@ def submit(
             venv=venv,
             login=login,
             pass_env=list(pass_env),
+            notify=notify,
             stop_before=stop_before,
             chain=chain,
             gather=gather,
@@ -432,3 +440,90 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
         )
     except KeyboardInterrupt:
         raise announce.interrupted() from None
+
+
+@app.command()
+def where(
+    cluster: List[str] = typer.Option(
+        [],
+        "--cluster",
+        "-c",
+        metavar="A,B",
+        autocompletion=complete_clusters,
+        help="the clusters to ask (repeatable or comma-separated; default: the project's, else local)",
+    ),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-n", metavar="N", help="number of nodes (default 1)"),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"
+    ),
+    queue: Optional[str] = typer.Option(
+        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
+    ),
+    walltime: Optional[str] = typer.Option(None, "--walltime", "-t", metavar="TIME", help="HH:MM:SS (or 90m, 2h)"),
+    group: Optional[str] = typer.Option(
+        None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project, however the site spells it"
+    ),
+    name: Optional[str] = typer.Option(None, "--name", "-N", metavar="NAME", help="job name"),
+    modules: Optional[str] = typer.Option(None, "--modules", metavar="A,B", help="comma-separated modules to load"),
+    env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in the job"),
+    script: Optional[str] = typer.Option(None, "--script", metavar="FILE", help="your own training script"),
+    train_args: Optional[str] = typer.Option(
+        None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint"
+    ),
+    directive: List[str] = typer.Option(
+        [], "--directive", "-d", metavar="'DIRECTIVE'", help="extra scheduler directive (repeatable)"
+    ),
+    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="pods: comma-separated node names/IPs"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job would run and log"),
+    venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
+    login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="ask over SSH on this host"),
+    config: Optional[str] = typer.Option(
+        None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
+    ),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    ),
+    exclude: Optional[str] = typer.Option(
+        None, "--exclude", "-x", metavar="HOSTS", help="keep the job off these hosts"
+    ),
+    spares: Optional[int] = typer.Option(None, "--spares", metavar="K", help="hold K extra nodes"),
+    as_json: bool = typer.Option(False, "--json", help="a JSON list, one object per cluster"),
+) -> None:
+    """When and where the same job would start on each cluster, WITHOUT submitting: the queue, its \
+limits, the scheduler's estimate where it gives one before submitting (Slurm's sbatch --test-only), \
+or why a cluster refuses the job. Nothing is submitted, recorded or left behind."""
+    from ..jobs import where as where_job, where_line
+    from ..project_config import spec_for
+    from .app import print_json
+
+    options = dict(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        queue=queue,
+        walltime=walltime,
+        group=group,
+        name=name,
+        modules=split_list(modules),
+        env=parse_env(env),
+        script=script,
+        train_args=split_args(train_args),
+        directives=list(directive),
+        hosts=expand_hosts(hosts),
+        workdir=workdir,
+        venv=venv,
+        login=login,
+        exclude=expand_hosts(exclude),
+        spares=spares,
+    )
+    clusters = [c for item in cluster for c in split_list(item) or []]
+    if not clusters:
+        clusters = [spec_for(config, dict(options, cluster=None)).cluster or "local"]
+    answers = where_job(clusters, lambda c: spec_for(config, dict(options, cluster=c)), profile_file=profile, note=say)
+    if as_json:
+        print_json([a.as_dict() for a in answers])
+    else:
+        width = max(len(a.cluster) for a in answers)
+        for a in answers:
+            print(where_line(a, width))
+    if not any(a.estimate for a in answers):  # no cluster takes the job: 3 if one could not be asked
+        raise typer.Exit(3 if any(a.error for a in answers) else 2)

@@ -123,7 +123,11 @@ def _carried(
     if env:
         carried["env"] = env
         said.append("env " + " ".join(sorted(env)))
-    names = list(m.get("pass_env_names") or [])
+    notify = m.get("notify")
+    if notify and "notify" not in options:  # the webhook's variable name: its value comes from this shell
+        carried["notify"] = str(notify)
+        said.append(f"notify via ${notify}")
+    names = [n for n in m.get("pass_env_names") or [] if n != notify]
     if names:  # the names only: the values are read from this shell when the job is submitted
         options["pass_env"] = list(dict.fromkeys(names + list(options.get("pass_env") or [])))
         said.append("pass-env names " + " ".join(names) + " (values from this shell)")
