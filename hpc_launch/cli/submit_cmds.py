@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import typer
 
 from ..protocol import EXIT_SIGINT
 from .app import app, complete_clusters, expand_hosts, parse_env, say, split_args, split_list
+
+
+def _job_options(**given: Any) -> Dict[str, Any]:
+    """The job options as typed on the command line -> JobSpec values: the one place where the
+    lists, hostlists, NAME=VALUE pairs and the shell-quoted training arguments are parsed."""
+    parse: Dict[str, Callable[[Any], Any]] = {
+        "modules": split_list,
+        "env": parse_env,
+        "train_args": split_args,
+        "directives": list,
+        "pass_env": list,
+        "hosts": expand_hosts,
+        "exclude": expand_hosts,
+    }
+    return {k: parse[k](v) if k in parse else v for k, v in given.items()}
 
 
 def _show_dry_run(prepared) -> None:
@@ -174,7 +189,7 @@ def submit(
 
     spec = spec_for(
         config,
-        dict(
+        _job_options(
             cluster=cluster,
             nodes=nodes,
             gpus_per_node=gpus_per_node,
@@ -182,21 +197,21 @@ def submit(
             walltime=walltime,
             group=group,
             name=name,
-            modules=split_list(modules),
-            env=parse_env(env),
+            modules=modules,
+            env=env,
             script=script,
-            train_args=split_args(train_args),
-            directives=list(directive),
-            hosts=expand_hosts(hosts),
+            train_args=train_args,
+            directives=directive,
+            hosts=hosts,
             workdir=workdir,
             venv=venv,
             login=login,
-            pass_env=list(pass_env),
+            pass_env=pass_env,
             notify=notify,
             stop_before=stop_before,
             chain=chain,
             gather=gather,
-            exclude=expand_hosts(exclude),
+            exclude=exclude,
             spares=spares,
         ),
     )
@@ -408,7 +423,7 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
     from ..records import JobStore
 
     announce = _Announcer()
-    options = dict(
+    options = _job_options(
         cluster=cluster,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
@@ -416,13 +431,13 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
         walltime=walltime,
         group=group,
         name=name,
-        modules=split_list(modules),
-        env=parse_env(env),
-        pass_env=list(pass_env),
+        modules=modules,
+        env=env,
+        pass_env=pass_env,
         script=script,
-        train_args=split_args(train_args),
-        directives=list(directive),
-        hosts=expand_hosts(hosts),
+        train_args=train_args,
+        directives=directive,
+        hosts=hosts,
         workdir=workdir,
         venv=venv,
         login=login,
@@ -496,23 +511,23 @@ or why a cluster refuses the job. Nothing is submitted, recorded or left behind.
     from ..project_config import spec_for
     from .app import print_json
 
-    options = dict(
+    options = _job_options(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         queue=queue,
         walltime=walltime,
         group=group,
         name=name,
-        modules=split_list(modules),
-        env=parse_env(env),
+        modules=modules,
+        env=env,
         script=script,
-        train_args=split_args(train_args),
-        directives=list(directive),
-        hosts=expand_hosts(hosts),
+        train_args=train_args,
+        directives=directive,
+        hosts=hosts,
         workdir=workdir,
         venv=venv,
         login=login,
-        exclude=expand_hosts(exclude),
+        exclude=exclude,
         spares=spares,
     )
     clusters = [c for item in cluster for c in split_list(item) or []]
