@@ -48,6 +48,9 @@ class Cause:
     signal: Optional[Callable[[Facts], Optional[str]]] = None  # evidence from the exit code or state, not the log
     signal_weak: bool = False
     weak_cause: str = ""  # the cause line when the evidence is only weak
+    # the last resort: only for a failed job that no other cause's own words explain (its words also show
+    # in logs of jobs that ended well, and under the failures the other causes name)
+    fallback: bool = False
 
 
 # The table, most specific first: the first cause that matches is the one shown; a weak match
@@ -390,6 +393,20 @@ CAUSES: Tuple[Cause, ...] = (
             else None
         ),
     ),
+    Cause(
+        "python_exception",
+        "a Python exception ended a rank",
+        (
+            r"^(?:\[rank(?P<rank>\d+)\]:\s*)?(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): "
+            r"(?P<msg>\S.*?)\s*$",
+        ),
+        "[[rank {rank} ]]raised {exc}: {msg}",
+        "the traceback just above the evidence line in the log shows where; where it ends inside torch or DeepSpeed, "
+        "search the message with their versions (the log's start-up lines name them)",
+        "CPython's report of an uncaught exception (Lib/traceback.py, format_exception_only); torchrun and "
+        "DeepSpeed's launcher prefix each line with [rankN]:",
+        fallback=True,
+    ),
 )
 
 # Lines worth showing when nothing known matched; loggers' routine INFO/WARNING lines are not.
@@ -444,7 +461,10 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
     text = log_text.replace("\r\n", "\n")
     strong: List[Finding] = []
     weak: List[Finding] = []
+    ended_well = facts.exit_code == 0 or facts.state == "done"
     for cause in CAUSES:
+        if cause.fallback and (ended_well or strong):
+            continue
         said = cause.signal(facts) if cause.signal else None
         hit = _search(cause.patterns, text, facts)
         if hit:

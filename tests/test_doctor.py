@@ -143,6 +143,22 @@ CASES = [
         "stopped for time at step 80 of 900",
         28,
     ),
+    (
+        # a real H200 run (bench/bench_gpu.py): the rank's RuntimeError, not the refused connection of
+        # its DataLoader thread dying after it, which doctor took for a rendezvous failure before
+        "deepspeed-bf16-batchnorm-h200.log",
+        "python_exception",
+        {"exit_code": 1, "state": "failed"},
+        "[rank0]: RuntimeError: Expected running_mean to have type BFloat16 but got Float",
+        50,
+    ),
+    (
+        "unknown-file-not-found.log",
+        "python_exception",
+        {"exit_code": 1, "state": "failed"},
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train/n01440764/missing.JPEG'",
+        3,
+    ),
 ]
 
 
@@ -162,7 +178,7 @@ def test_a_real_message_names_its_cause(fixture, key, facts, evidence, line_no):
 def test_every_cause_has_a_real_case_and_every_fixture_is_used():
     covered = {c[1] for c in CASES} | {"queue_limit", "walltime"}  # also from the PBS/SGE recordings below
     assert {c.key for c in CAUSES} <= covered
-    used = {c[0] for c in CASES} | {"deepspeed-cuda-minor-mismatch-accepted.log", "unknown-file-not-found.log"}
+    used = {c[0] for c in CASES} | {"deepspeed-cuda-minor-mismatch-accepted.log", "unknown-shell-missing-file.log"}
     assert {p.name for p in DOCTOR.glob("*.log")} == used
 
 
@@ -281,18 +297,29 @@ def test_the_batch_fix_computes_the_size_that_fits():
 
 
 def test_an_unknown_failure_says_so_and_points_at_the_last_error_lines():
-    text = "[hpc-launch] job 7 on vm\n[hpc-train] step=10 loss=1.0\n" + _log("unknown-file-not-found.log")
-    d = diagnose(text, exit_code=1, state="failed")
+    text = "[hpc-launch] job 7 on vm\n[hpc-train] step=10 loss=1.0\n" + _log("unknown-shell-missing-file.log")
+    d = diagnose(text, exit_code=2, state="failed")
     assert not d.found
     lines = report_lines(d)
     assert lines[0].startswith("cause: not recognised")
     assert (
-        "evidence: line 5: FileNotFoundError: [Errno 2] No such file or directory: "
-        "'/data/imagenet/train/n01440764/missing.JPEG'" in lines
+        "evidence: line 3: ls: cannot access '/data/imagenet/train/n01440764/missing.JPEG': "
+        "No such file or directory" in lines
     )
-    assert "evidence: line 3: Traceback (most recent call last):" in lines
     assert not any("step=10" in line for line in lines)
     assert summary_lines(d)[0].startswith("cause     not recognised")
+
+
+def test_a_python_exception_names_the_rank_and_is_no_cause_when_the_job_ended_well():
+    d = diagnose(_log("deepspeed-bf16-batchnorm-h200.log"), exit_code=1, state="failed")
+    assert report_lines(d)[0] == (
+        "cause: rank 0 raised RuntimeError: Expected running_mean to have type BFloat16 but got Float"
+    )
+    assert "a rank cannot reach MASTER_ADDR" in report_lines(d)[-1]  # the refused connection: only also seen
+    handled = "[hpc-train] step=10 loss=1.0\nValueError: a warning a library printed\ntraining finished\n"
+    assert diagnose(handled, exit_code=0, state="done").succeeded
+    assert not diagnose(handled, state="done").found
+    assert diagnose(handled, exit_code=1).top.cause.key == "python_exception"
 
 
 def test_summary_lines_fit_the_summary_block_column():
@@ -339,7 +366,7 @@ def test_the_command_on_a_log_file(tmp_path, capsys):
     assert re.match(r"^cause: .*batch", lines[0]) and lines[1].startswith("fix: ")
     assert lines[2].startswith("evidence: line 16: [rank0]: AssertionError: Check batch related parameters.")
 
-    (tmp_path / "other.log").write_bytes((DOCTOR / "unknown-file-not-found.log").read_bytes())
+    (tmp_path / "other.log").write_bytes((DOCTOR / "unknown-shell-missing-file.log").read_bytes())
     rc, out, _ = _doctor(capsys, str(tmp_path / "other.log"))
     assert rc == 1 and out.startswith("cause: not recognised")
 

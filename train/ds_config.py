@@ -139,6 +139,11 @@ def build_config(
         cfg["optimizer"]["params"]["torch_adam"] = True
         if offload != "none":
             cfg["zero_force_ds_cpu_optimizer"] = False  # ZeRO-Offload otherwise insists on CPUAdam
+    elif offload == "none":
+        # On GPUs too: torch's AdamW ships compiled, while DeepSpeed's FusedAdam is built by the first
+        # job of each environment (33 s on an H200 with 16 cores; speeds side by side in
+        # docs/training.md). With offload the optimizer runs on the CPU: DeepSpeed's CPUAdam stays.
+        cfg["optimizer"]["params"]["torch_adam"] = True
     zero_cfg = cfg["zero_optimization"]
     if zero >= 2:
         zero_cfg.update(
@@ -156,9 +161,10 @@ def build_config(
 
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
-        if on_cpu:
-            # CPU BatchNorm refuses bf16 input with fp32 running stats; GPUs (cuDNN) accept the mix.
-            cfg["data_types"] = {"buffer_dtype": "bf16"}
+        # DeepSpeed (>= 0.18) casts parameters only; BatchNorm then refuses bf16 input with fp32 running
+        # stats, on CPUs and on GPUs alike (cuDNN's backward on an H200: "Expected running_mean to have
+        # type BFloat16 but got Float", docs/training.md). Buffers follow the parameters.
+        cfg["data_types"] = {"buffer_dtype": "bf16"}
     elif precision == "fp16":
         # Dynamic loss scaling (loss_scale 0), the settings of the seeds' fp16 run.
         cfg["fp16"] = {
@@ -169,8 +175,7 @@ def build_config(
             "hysteresis": 2,
             "min_loss_scale": 1,
         }
-        if on_cpu:  # the same BatchNorm rule for fp16 on CPUs with fp16 kernels (AVX512-FP16/AMX)
-            cfg["data_types"] = {"buffer_dtype": "fp16"}
+        cfg["data_types"] = {"buffer_dtype": "fp16"}  # the same BatchNorm rule as bf16
 
     if monitor == "csv":
         cfg["csv_monitor"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}
@@ -213,6 +218,10 @@ def load_user_config(path: str) -> dict:
 def merge_user_config(preset: dict, user: dict, world_size: int) -> dict:
     """The user's JSON wins key by key. If it sets any batch key, its batch numbers replace the
     preset's and the missing ones are derived (so a bad combination gets the same clear error)."""
+    optimizer = user.get("optimizer")
+    if isinstance(optimizer, dict) and str(optimizer.get("type", "AdamW")).lower() not in ("adam", "adamw"):
+        # another optimizer replaces the preset's whole: Adam's parameters (torch_adam) mean nothing to it
+        preset = {k: v for k, v in preset.items() if k != "optimizer"}
     merged = _deep_merge(preset, {k: v for k, v in user.items() if k not in BATCH_KEYS})
     if any(k in user for k in BATCH_KEYS):
         batch = resolve_batch(

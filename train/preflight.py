@@ -403,8 +403,10 @@ def probe(info: RankInfo, *, device: str, seconds: float) -> None:
         # bus bandwidth as nccl-tests reports it: 2(n-1)/n x bytes / time
         bus = 2 * (info.world_size - 1) / info.world_size * PROBE_BYTES / max(slowest[1], 1e-9) / 1e9
         hosts = len({h for h, _ in times})
+        # one rank moves nothing over a bus (2(n-1)/n = 0): a speed would read as a broken link
+        speed = f"{bus:.2f} GB/s bus, slowest {slowest[0]}" if info.world_size > 1 else "one rank: no bus to measure"
         _say(
             f"{protocol.PREFLIGHT_OK}{_plural(info.world_size, 'rank')} on {_plural(hosts, 'host')}: ranks, threads, "
             f"devices and interfaces as planned; all-reduce {PROBE_BYTES >> 20} MiB in {slowest[1] * 1000:.1f} ms "
-            f"({bus:.2f} GB/s bus, slowest {slowest[0]}); gate {seconds + took:.1f} s"
+            f"({speed}); gate {seconds + took:.1f} s"
         )

@@ -118,3 +118,36 @@ def test_print_config_checks_for_the_target_world(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = json.loads(proc.stdout)
     assert cfg["gradient_accumulation_steps"] == 4 and cfg["zero_optimization"]["stage"] == 3
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_batchnorm_buffers_follow_the_parameters_on_every_device(precision, on_cpu):
+    # DeepSpeed 0.18+ casts parameters only; on an H200 ResNet-50 bf16 failed in cuDNN's BatchNorm
+    # backward ("Expected running_mean to have type BFloat16 but got Float") while the preset set the
+    # buffer dtype on CPUs alone (docs/training.md, "On a GPU").
+    cfg = build_config(batch=resolve_batch(1, 8, 1), precision=precision, on_cpu=on_cpu)
+    assert cfg["data_types"] == {"buffer_dtype": precision}
+    assert validate(cfg, 1).bfloat16_config.enabled == (precision == "bf16")
+
+
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_the_preset_optimizer_needs_no_compiled_op(on_cpu):
+    # DeepSpeed's FusedAdam (GPU) and its CPU ops are JIT builds: torch's AdamW ships compiled
+    cfg = build_config(batch=resolve_batch(1, 8, 1), on_cpu=on_cpu)
+    assert cfg["optimizer"]["type"] == "AdamW" and cfg["optimizer"]["params"]["torch_adam"] is True
+
+
+def test_gpu_offload_keeps_deepspeeds_cpu_optimizer():
+    # with the optimizer on the CPU, DeepSpeed insists on its CPUAdam: the user asked for offload
+    cfg = build_config(batch=resolve_batch(1, 8, 1), zero=2, offload="optimizer", on_cpu=False)
+    assert "torch_adam" not in cfg["optimizer"]["params"]
+    validate(cfg, 1)
+
+
+def test_another_optimizer_replaces_the_presets_whole():
+    preset = build_config(batch=resolve_batch(1, 8, 1), on_cpu=True)
+    lamb = {"optimizer": {"type": "Lamb", "params": {"lr": 0.01}}}
+    assert merge_user_config(preset, lamb, world_size=1)["optimizer"] == lamb["optimizer"]
+    adam = merge_user_config(preset, {"optimizer": {"type": "Adam", "params": {"lr": 0.01}}}, world_size=1)
+    assert adam["optimizer"]["type"] == "Adam" and adam["optimizer"]["params"]["torch_adam"] is True
