@@ -12,11 +12,8 @@ WORKDIR/.hpc-launch/capsules/NAME-STAMP/ holds
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -96,6 +93,8 @@ def snapshot(script: str) -> Tuple[List[CodeFile], bool]:
 
 
 def _git(directory: str, *args: str) -> Optional[str]:
+    import subprocess  # here, as hashlib and socket below: `submit --dry-run`'s start-up is budgeted (launch-cost.md)
+
     try:
         out = subprocess.run(["git", "-C", directory, *args], capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
@@ -120,6 +119,8 @@ def git_state(directory: str) -> Tuple[Optional[Dict[str, Any]], str]:
 
 
 def _sha256(path: str) -> str:
+    import hashlib
+
     with open(path, "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()
 
@@ -129,6 +130,8 @@ def manifest(
 ) -> Tuple[Dict[str, Any], str]:
     """capsule.json's content and the git diff: what this submission is (no secret: --pass-env
     names only, never values). `uploads`: (local file, path in the capsule) of the code sent."""
+    import socket
+
     code: Dict[str, Any]
     diff = ""
     if not job.script:
@@ -237,6 +240,8 @@ def read_code(capsule: Capsule, transport: "Transport") -> List[Tuple[str, bytes
     """The capsule's copy of the user's code as (path under code/, bytes), the script first: a
     snapshot's files, each checked against its recorded sha256; a script copied on the cluster
     alone; none for the shipped entrypoint. `rerun` submits this copy elsewhere."""
+    import hashlib
+
     code = capsule.manifest.get("code", {})
     if code.get("kind") == "snapshot":
         wanted = [(f["path"], f.get("sha256")) for f in code.get("files", [])]

@@ -9,12 +9,12 @@ first start's line: a chain link or a requeue whose environment changed under it
 log. It never fails the job: the job script ignores its exit status.
 """
 
-import hashlib
-import json
 import os
-import socket
 import sys
 import time
+
+# hashlib, json and socket are imported where used: hpc_launch.protocol imports this module, and
+# `hpc-launch hostfile` (every node of every job) would pay for them without using them.
 
 RUNS = "runs.jsonl"
 NOTE = "[hpc-launch] capsule: "
@@ -48,6 +48,8 @@ def entrypoint_digest():
     for top, dirs, names in os.walk(train):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         files += [os.path.join(top, n) for n in sorted(names) if n.endswith(".py")]
+    import hashlib
+
     digest = hashlib.sha256()
     for path in files:
         try:
@@ -66,6 +68,8 @@ def loaded_modules(terse):
 
 
 def found(job_id):
+    import socket
+
     return {
         "job_id": job_id,
         "host": socket.gethostname(),
@@ -111,12 +115,16 @@ def first_run(path):
     try:
         with open(path, encoding="utf-8") as fh:
             line = fh.readline()
+        import json
+
         return json.loads(line) if line.strip() else None
     except (OSError, ValueError):
         return None
 
 
 def main(argv):
+    import json
+
     capsule, job_id = argv[1], argv[2]
     path = os.path.join(capsule, RUNS)
     now = found(job_id)

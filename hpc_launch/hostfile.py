@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from .errors import HostfileError
-from .nodelist import count_hosts, expand_slurm_nodelist, read_node_file
+from .nodelist import count_host_text, count_hosts, expand_slurm_nodelist, read_node_file
 
 
 # Ranks per node: DeepSpeed starts one process per slot, and no node has thousands of GPUs or cores.
@@ -48,7 +48,7 @@ def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tupl
 
 
 def nodes_from_file(path: str) -> Dict[str, int]:
-    return count_hosts(read_node_file(path, "--nodefile").splitlines(), f"--nodefile {path}")
+    return count_host_text(read_node_file(path, "--nodefile"), f"--nodefile {path}")
 
 
 def filter_hosts(hosts: Dict[str, int], include: Optional[str], exclude: Optional[str]) -> Dict[str, int]:

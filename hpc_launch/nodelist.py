@@ -124,6 +124,27 @@ def _one_host_per_line(distinct: "Counter[str]") -> "Optional[Dict[str, int]]":
     return distinct  # a Counter is a dict in first-seen order: no copy of 100,000 hosts
 
 
+# A PBS node file names each host once per rank, one line after the other: each run of one line
+# is matched in C, so 100,000 nodes x 8 ranks make 100,000 strings, not 800,000 (issue 18).
+_RUNS = re.compile(r"(.+)\n(?:\1\n)*")
+
+
+def count_host_text(text: str, origin: str = "the node list") -> Dict[str, int]:
+    """count_hosts(text.splitlines()), the same answer, about a third faster for plain host lines
+    that repeat one after the other (a file that does not start so is read line by line: runs of
+    one line would cost more than they save)."""
+    end = text.find("\n") + 1  # no copy of the rest: a node file can be tens of MB
+    if not end or not text.startswith(text[:end], end):
+        return count_hosts(text.splitlines(), origin)
+    counts: Dict[str, int] = {}
+    for run in _RUNS.finditer(text if text.endswith("\n") else text + "\n"):
+        host = run[1]
+        counts[host] = counts.get(host, 0) + (run.end() - run.start()) // (len(host) + 1)
+    if counts and _PLAIN_HOSTS.fullmatch("\n".join(counts) + "\n"):
+        return counts
+    return count_hosts(text.splitlines(), origin)  # anything else: read line by line
+
+
 def count_hosts(lines: Iterable[str], origin: str = "the node list") -> Dict[str, int]:
     """Hosts in first-seen order with their slots, read by content (see the module doc).
     One host per line: slots = how often the host appears (PBS: once per MPI rank)."""

@@ -25,6 +25,16 @@ def user_config_dir() -> Path:
     return Path(_ucd("hpc-launch"))
 
 
+def store_path() -> Path:
+    """The job store (records.JobStore): $HPC_LAUNCH_STATE_DIR/jobs.sqlite, else the user's state dir."""
+    override = os.environ.get("HPC_LAUNCH_STATE_DIR")
+    if override:
+        return Path(override).expanduser() / "jobs.sqlite"
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir("hpc-launch")) / "jobs.sqlite"
+
+
 def clusters_dirs() -> List[Path]:
     dirs = [_shipped("clusters"), user_config_dir() / "clusters"]
     extra = os.environ.get("HPC_LAUNCH_CLUSTERS_DIR")

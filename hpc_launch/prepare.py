@@ -94,10 +94,12 @@ def job_workdir(spec: JobSpec, host: str, cwd: Optional[str]) -> str:
 def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
     """Hosts an earlier job on `cluster` found bad, not yet expired; none when no store exists yet
     (a dry-run creates nothing)."""
-    from .records import JobStore, default_path
+    from .paths import store_path
 
-    if not default_path().exists():
-        return []
+    if not store_path().exists():
+        return []  # without importing the store (sqlite3, logging): what a dry-run mostly meets
+    from .records import JobStore
+
     try:
         return JobStore().bad_hosts(cluster)
     except HpcLaunchError:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Union
 
 from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound, StoreError
+from hpc_launch.paths import store_path
 from hpc_launch.states import TERMINAL, JobState
 
 log = logging.getLogger(__name__)
@@ -129,12 +130,7 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
 def default_path() -> Path:
-    override = os.environ.get("HPC_LAUNCH_STATE_DIR")
-    if override:
-        return Path(override).expanduser() / "jobs.sqlite"
-    import platformdirs
-
-    return Path(platformdirs.user_state_dir("hpc-launch")) / "jobs.sqlite"
+    return store_path()  # in paths.py: asking whether a store exists needs no sqlite3
 
 
 class JobStore:

@@ -545,3 +545,23 @@ def test_a_huge_slurm_nodelist_is_one_line_exit_2_within_a_second(hpc_launch_bin
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpc-launch: error: ") and "more than 100,000 hosts" in lines[0]
     assert took < 1.0, took  # bounded before expanding, not after building a list of 10^11 names
+
+
+_LINES = st.sampled_from(["a", "ab", "b", "n-2.x", "", " ", "\r", "#c", "a slots=2", "x\x0by", "é", "\u2028", "h 4 q"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_LINES, st.integers(1, 3)), max_size=8), st.sampled_from(["", "\n", "\r\n"]))
+def test_a_node_file_read_by_its_runs_gives_what_line_by_line_gives(lines, end):
+    """count_host_text (runs of one line, issue 18) answers as count_hosts does, errors included."""
+    from hpc_launch.nodelist import count_host_text, count_hosts
+
+    text = "\n".join(line for line, times in lines for _ in range(times)) + end
+
+    def outcome(count):
+        try:
+            return list(count().items())
+        except HostfileError as exc:
+            return str(exc)
+
+    assert outcome(lambda: count_host_text(text, "f")) == outcome(lambda: count_hosts(text.splitlines(), "f"))

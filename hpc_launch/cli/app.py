@@ -1,19 +1,24 @@
-"""The typer apps, option parsing shared by commands, and how results are printed.
+"""The typer apps, option parsing shared by commands, and tables of jobs.
 
-Imports of anything heavier than typer happen inside the commands, so `hpc-launch hostfile`
-inside a job and `submit --dry-run` on a login node start fast.
+Imports of anything heavier than typer happen inside the commands. `hpc-launch hostfile` inside
+a job and `submit --dry-run` on a login node do not import this module at all when their command
+line is well-formed (hpc_launch/cli/fast.py).
 """
 
 from __future__ import annotations
 
-import shlex
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence
 
 import typer
 
+# the command modules import these from here too: one import line for what a command needs
+from . import COMPLETE_VAR, option_values  # noqa: F401
+from .option_values import OptionError, expand_hosts, split_list  # noqa: F401
+from .printing import err, print_json, say  # noqa: F401
+
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
-COMPLETE_VAR = "_HPC_LAUNCH_COMPLETE"  # the shell's completion function calls us back with it set
 
 app = typer.Typer(
     add_completion=False,  # `hpc-launch completion SHELL` instead: no extra options on every command
@@ -58,60 +63,37 @@ def _root(
 
 
 # ---- reading options ---------------------------------------------------------------------------
+# The conversions live in option_values (typer-free, shared with the fast path); here a bad value
+# becomes typer's usage error, which names the option.
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except OptionError as exc:
+        raise typer.BadParameter(exc.message, param_hint=exc.param_hint) from None
 
 
 def parse_env(pairs: Optional[List[str]]) -> Dict[str, str]:
-    env = {}
-    for pair in pairs or []:
-        if "=" not in pair:
-            raise typer.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
-        key, value = pair.split("=", 1)
-        env[key] = value
-    return env
-
-
-def split_list(value: Optional[str]) -> Optional[List[str]]:
-    if value is None:
-        return None
-    return [v for v in (x.strip() for x in value.split(",")) if v]
+    with usage_errors():
+        return option_values.parse_env(pairs)
 
 
 def split_args(value: Optional[str]) -> Optional[List[str]]:
-    if value is None:
-        return None
-    try:
-        return shlex.split(value)
-    except ValueError as exc:  # "No closing quotation"
-        raise typer.BadParameter(
-            f"{exc} in {value!r}: quote it as one shell word list, e.g. --train-args \"--note 'a b'\"",
-            param_hint="--train-args",
-        ) from None
+    with usage_errors():
+        return option_values.split_args(value)
 
 
-def expand_hosts(value: Optional[str]) -> Optional[List[str]]:
-    if value is None:
-        return None
-    from ..nodelist import expand_slurm_nodelist
-
-    return expand_slurm_nodelist(value)
+def run_checked(read: Callable[[Dict[str, Any]], Callable[[], int]], values: Dict[str, Any]) -> NoReturn:
+    """A command whose body lives in a typer-free module (the fast path calls the same `read`):
+    check the options (a bad one is a usage error), then run it; its return is the exit code."""
+    with usage_errors():
+        action = read(values)
+    raise typer.Exit(action())
 
 
 # ---- printing ----------------------------------------------------------------------------------
-
-
-def say(line: str) -> None:
-    """A line for the user, on stderr (stdout carries only what scripts read: ids, scripts, JSON)."""
-    sys.stderr.write(f"hpc-launch: {line}\n")
-
-
-def err(message: str) -> None:
-    sys.stderr.write(f"hpc-launch: error: {message}\n")
-
-
-def print_json(value: Any) -> None:
-    import json
-
-    sys.stdout.write(json.dumps(value, indent=1) + "\n")
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], width: Optional[int] = None) -> None:
@@ -147,8 +129,10 @@ JOB_JSON_KEYS = (
 def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> None:
     """The jobs as a table or JSON; `starts` (status): a queued job's start estimate and why it
     waits, as the scheduler said at this refresh (a "starts" column; JSON `estimated_start`, epoch
-    seconds or null, and `pending_reason`)."""
+    seconds or null, and `pending_reason`), and where its --notify messages stand (a "notify"
+    column when a job has them; JSON `notify`, null without --notify: notify_relay.as_json)."""
     from ..jobs.state import start_of, start_words
+    from ..notify_relay import as_json as notify_json, words as notify_words
 
     if as_json:
         out = []
@@ -156,11 +140,13 @@ def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> No
             item = {key: getattr(r, key) for key in JOB_JSON_KEYS}
             if starts:
                 item["estimated_start"], item["pending_reason"] = start_of(r)
+                item["notify"] = notify_json(r)
             out.append(item)
         print_json(out)
         return
     import time
 
+    notes = starts and any(notify_words(r) for r in records)
     rows = [
         (
             r.job_id,
@@ -170,6 +156,7 @@ def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> No
             "" if r.exit_code is None else str(r.exit_code),
             time.strftime("%m-%d %H:%M:%S", time.localtime(r.submit_time)),
             *((start_words(r),) if starts else ()),
+            *((notify_words(r),) if notes else ()),
             r.host,
             r.log_path,
             r.comment,
@@ -177,4 +164,5 @@ def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> No
         for r in records
     ]
     columns = ["job id", "cluster", "name", "state", "exit", "submitted", *(["starts"] if starts else [])]
+    columns += ["notify"] if notes else []
     print_table(columns + ["host", "log", "scheduler says"], rows, width=200)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Optional
 
 import typer
 
-from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_json, print_table
+from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_json, print_table, run_checked
+from .hostfile_run import read_hostfile
 
 
 @app.command()
@@ -46,21 +46,7 @@ def hostfile(
     ),
 ) -> None:
     """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
-    from .. import hostfile as hf
-
-    if source is not None and source not in hf.scheduler_names():
-        raise typer.BadParameter(f"{source!r}: use one of {', '.join(hf.scheduler_names())}", param_hint="--from")
-    if slots is None and cluster:
-        from .. import profiles
-
-        slots = max(profiles.load(cluster).node.gpus, 1)
-    text = hf.build(
-        env=os.environ, prefer=source, nodefile=nodefile, hosts=hosts, slots=slots, include=include, exclude=exclude
-    )
-    if output:
-        hf.write_atomic(output, text)
-    else:
-        sys.stdout.write(text)
+    run_checked(read_hostfile, dict(locals()))  # every parameter above, by name, as the fast path passes them
 
 
 @app.command()

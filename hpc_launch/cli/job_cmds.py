@@ -63,6 +63,9 @@ def logs(
     sys.stdout.write(text + "\n" if summary else text)
 
 
+NOTIFY_LOOKBACK = 200  # `status` looks this far back for ended jobs with --notify messages still to send
+
+
 @app.command()
 def status(
     job_ids: List[str] = typer.Argument(
@@ -82,8 +85,10 @@ def status(
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
+    from .. import notify_relay
     from ..jobs import lookup, refresh
     from ..records import DamagedRecord, JobStore
+    from ..states import JobState
 
     store = JobStore()
     problems: List = []
@@ -97,6 +102,11 @@ def status(
             problems.append(damaged)
     if not job_ids:
         records = store.list(cluster=cluster, active_only=True, on_damaged=problems.append)
+        # and the ended jobs whose --notify messages are not all out yet: never lost silently
+        recent = store.list(cluster=cluster, limit=NOTIFY_LOOKBACK)
+        owed = [r for r in recent if JobState(r.state).terminal and notify_relay.wanted(r)]
+        if owed:
+            records = sorted(records + owed, key=lambda r: r.submit_time, reverse=True)
     show_jobs(refresh(store, records, on_unreached=problems.append), json_, starts=True)
     _warn(problems, fail=True)
 
@@ -249,7 +259,8 @@ def doctor(
     """Name the cause and the fix of a failed job, from its log, the scheduler's word and its exit status.
 
     Exit 0 when it names a cause (or nothing failed), 1 when the failure is not one it knows."""
-    from ..doctor import examine, report_lines
+    from ..doctor import report_lines
+    from ..jobs import examine
 
     diagnosis = examine(target, cluster, on_note=say)
     sys.stdout.write("\n".join(report_lines(diagnosis)) + "\n")
@@ -290,6 +301,26 @@ def report(
         min=1,
         help="a planned training's optimizer steps, times each node count's measured global batch",
     ),
+    plan_epochs: Optional[int] = typer.Option(
+        None,
+        "--plan-epochs",
+        metavar="N",
+        min=1,
+        help="a planned training's epochs, times each node count's recorded steps/epoch and global batch",
+    ),
+    queue: Optional[str] = typer.Option(
+        None,
+        "--queue",
+        "-q",
+        metavar="QUEUE",
+        help="with a plan: the queue for its chain (default: the one `submit` picks for the proposed nodes)",
+    ),
+    link_walltime: Optional[str] = typer.Option(
+        None,
+        "--link-walltime",
+        metavar="TIME",
+        help="with a plan: each chain link's walltime (default: as long as the queue allows, split evenly)",
+    ),
     min_efficiency: float = typer.Option(
         0.7,
         "--min-efficiency",
@@ -299,16 +330,40 @@ def report(
 ) -> None:
     """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
     configuration; for one job also its loss and samples/s over steps (steps.png); for one
-    configuration at several node counts a scaling table (scaling.csv, scaling.png)."""
+    configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a
+    planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
     from ..report import Plan, report_jobs
 
-    if plan_samples is not None and plan_steps is not None:
+    from ..walltime import parse_walltime
+
+    given = [n for n, v in (("samples", plan_samples), ("steps", plan_steps), ("epochs", plan_epochs)) if v is not None]
+    if len(given) > 1:
         raise typer.BadParameter(
-            "give --plan-samples or --plan-steps, not both", param_hint="--plan-samples/--plan-steps"
+            f"give one of --plan-samples, --plan-steps, --plan-epochs, "
+            f"not both --plan-{given[0]} and --plan-{given[1]}",
+            param_hint="--plan-*",
         )
     if not 0 < min_efficiency <= 1:
         raise typer.BadParameter(f"{min_efficiency} is not in (0, 1], e.g. 0.7", param_hint="--min-efficiency")
-    plan = Plan(samples=plan_samples, steps=plan_steps, min_efficiency=min_efficiency)
+    if (queue is not None or link_walltime is not None) and not given:
+        raise typer.BadParameter(
+            "--queue and --link-walltime place a planned training: add --plan-samples, --plan-steps or --plan-epochs",
+            param_hint="--queue/--link-walltime",
+        )
+    link_s = None
+    if link_walltime is not None:
+        try:
+            link_s = parse_walltime(link_walltime)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--link-walltime") from None
+    plan = Plan(
+        samples=plan_samples,
+        steps=plan_steps,
+        epochs=plan_epochs,
+        min_efficiency=min_efficiency,
+        queue=queue,
+        link_walltime_s=link_s,
+    )
     written, notes = report_jobs(job_ids, out, cluster, plan)
     for note in notes:
         say(note)

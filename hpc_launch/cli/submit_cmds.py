@@ -1,60 +1,21 @@
-"""`submit`, `sweep` and `rerun`: options in, one call to the core, the job id (or sweep id) out."""
+"""`submit`, `sweep`, `rerun` and `where`: options in, one call to the core, the job id (or sweep id) out.
+`submit`'s body is in submit_run.py, which the fast path (fast.py) calls too."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
 from ..protocol import EXIT_SIGINT
-from .app import app, complete_clusters, expand_hosts, parse_env, say, split_args, split_list
+from .app import app, complete_clusters, parse_env, run_checked, say, split_args, split_list, usage_errors
+from .submit_run import Announcer, job_options, read_submit, show_dry_run
 
 
 def _job_options(**given: Any) -> Dict[str, Any]:
-    """The job options as typed on the command line -> JobSpec values: the one place where the
-    lists, hostlists, NAME=VALUE pairs and the shell-quoted training arguments are parsed."""
-    parse: Dict[str, Callable[[Any], Any]] = {
-        "modules": split_list,
-        "env": parse_env,
-        "train_args": split_args,
-        "directives": list,
-        "pass_env": list,
-        "hosts": expand_hosts,
-        "exclude": expand_hosts,
-    }
-    return {k: parse[k](v) if k in parse else v for k, v in given.items()}
-
-
-def _show_dry_run(prepared) -> None:
-    """--dry-run: the script on stdout, where it would go and the submit command on stderr."""
-    sys.stdout.write(prepared.script.text)
-    sys.stdout.flush()
-    sys.stderr.write(f"# script: {prepared.script_path}\n{prepared.submit_display()}\n")
-
-
-class _Announcer:
-    """Prints a submitted job's id the moment it is recorded (before Ctrl-C is let through), and
-    says what is true when Ctrl-C comes: nothing submitted, or which job keeps running."""
-
-    def __init__(self) -> None:
-        self.records: list = []
-
-    def __call__(self, record) -> None:
-        self.records.append(record)
-        print(record.job_id, flush=True)
-        sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
-
-    def interrupted(self) -> typer.Exit:
-        if not self.records:
-            say("interrupted before the job was submitted: nothing was submitted or recorded")
-        else:
-            job = self.records[0].job_id
-            say(
-                f"interrupted after job {job} was submitted and recorded: it keeps running. "
-                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}"
-            )
-        return typer.Exit(EXIT_SIGINT)
+    with usage_errors():
+        return job_options(**given)
 
 
 @app.command()
@@ -182,54 +143,14 @@ def submit(
     show_all: bool = typer.Option(
         False, "--all", "-a", help="with --follow: every line, the frameworks' chatter too (the log file always has it)"
     ),
+    no_check: bool = typer.Option(
+        False,
+        "--no-check",
+        help="submit without asking the scheduler to validate the job first (sbatch --test-only, qsub -w v)",
+    ),
 ) -> None:
     """Render the job script for a cluster and submit it (or print it with --dry-run)."""
-    from ..prepare import prepare
-    from ..project_config import spec_for
-
-    spec = spec_for(
-        config,
-        _job_options(
-            cluster=cluster,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            queue=queue,
-            walltime=walltime,
-            group=group,
-            name=name,
-            modules=modules,
-            env=env,
-            script=script,
-            train_args=train_args,
-            directives=directive,
-            hosts=hosts,
-            workdir=workdir,
-            venv=venv,
-            login=login,
-            pass_env=pass_env,
-            notify=notify,
-            stop_before=stop_before,
-            chain=chain,
-            gather=gather,
-            exclude=exclude,
-            spares=spares,
-        ),
-    )
-    prepared = prepare(spec, profile_file=profile, note=say)
-    if dry_run:
-        _show_dry_run(prepared)
-        return
-    from ..jobs import submit as submit_job
-
-    announce = _Announcer()
-    try:
-        record = submit_job(prepared, on_recorded=announce)
-    except KeyboardInterrupt:
-        raise announce.interrupted() from None
-    if follow:
-        from ..follow import follow_chain
-
-        raise typer.Exit(follow_chain(record, show_all=show_all))
+    run_checked(read_submit, dict(locals()))  # every parameter above, by name, as the fast path passes them
 
 
 @app.command()
@@ -422,7 +343,7 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
     from ..jobs import RerunUI, rerun as rerun_job
     from ..records import JobStore
 
-    announce = _Announcer()
+    announce = Announcer()
     options = _job_options(
         cluster=cluster,
         nodes=nodes,
@@ -448,13 +369,13 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
             JobStore(),
             job_id,
             options,
-            RerunUI(say=say, dry_run=_show_dry_run, on_recorded=announce),
+            RerunUI(say=say, dry_run=show_dry_run, on_recorded=announce),
             from_cluster=from_cluster,
             profile_file=profile,
             dry_run=dry_run,
         )
     except KeyboardInterrupt:
-        raise announce.interrupted() from None
+        raise typer.Exit(announce.interrupted()) from None
 
 
 @app.command()
@@ -503,10 +424,19 @@ def where(
     ),
     spares: Optional[int] = typer.Option(None, "--spares", metavar="K", help="hold K extra nodes"),
     as_json: bool = typer.Option(False, "--json", help="a JSON list, one object per cluster"),
+    submit_first: bool = typer.Option(
+        False,
+        "--submit",
+        help="submit to every cluster that takes the job; the first to start trains, the others are cancelled",
+    ),
+    no_wait: bool = typer.Option(
+        False, "--no-wait", help="with --submit: return once submitted (each job's start gate still lets one train)"
+    ),
 ) -> None:
     """When and where the same job would start on each cluster, WITHOUT submitting: the queue, its \
 limits, the scheduler's estimate where it gives one before submitting (Slurm's sbatch --test-only), \
-or why a cluster refuses the job. Nothing is submitted, recorded or left behind."""
+or why a cluster refuses the job. Nothing is submitted, recorded or left behind. With --submit: \
+the job goes to each cluster, the first to start trains and the others are cancelled (one copy)."""
     from ..jobs import where as where_job, where_line
     from ..project_config import spec_for
     from .app import print_json
@@ -533,6 +463,8 @@ or why a cluster refuses the job. Nothing is submitted, recorded or left behind.
     clusters = [c for item in cluster for c in split_list(item) or []]
     if not clusters:
         clusters = [spec_for(config, dict(options, cluster=None)).cluster or "local"]
+    if submit_first:
+        raise typer.Exit(_first_start(clusters, lambda c: spec_for(config, dict(options, cluster=c)), profile, no_wait))
     answers = where_job(clusters, lambda c: spec_for(config, dict(options, cluster=c)), profile_file=profile, note=say)
     if as_json:
         print_json([a.as_dict() for a in answers])
@@ -542,3 +474,34 @@ or why a cluster refuses the job. Nothing is submitted, recorded or left behind.
             print(where_line(a, width))
     if not any(a.estimate for a in answers):  # no cluster takes the job: 3 if one could not be asked
         raise typer.Exit(3 if any(a.error for a in answers) else 2)
+
+
+def _first_start(clusters: List[str], spec_of, profile: Optional[str], no_wait: bool) -> int:
+    """`where --submit`: the group id on stdout, each cluster's job (or refusal) and the outcome on stderr."""
+    from ..jobs.first_start import run
+
+    group = ""
+
+    def submitted(ident: str, entrants) -> None:
+        nonlocal group
+        group = ident
+        print(ident, flush=True)
+        for e in entrants:
+            say(f"{e.cluster}: job {e.record.job_id}" if e.record else f"{e.cluster}: not submitted: {e.refused}")
+
+    try:
+        _, _, winner = run(clusters, spec_of, profile_file=profile, wait=not no_wait, note=say, on_submitted=submitted)
+    except KeyboardInterrupt:
+        if group:
+            say(
+                f"interrupted: the jobs of {group} stay queued and the first to start trains (its gate stops "
+                f"the others). `hpc-launch status {group}` shows them, `hpc-launch cancel {group}` ends them"
+            )
+        return EXIT_SIGINT
+    if no_wait:
+        return 0
+    if winner is None:
+        say(f"no job of {group} started its training: `hpc-launch status {group}` says how each ended")
+        return 1
+    say(f"follow it: hpc-launch logs -f {winner.job_id} --cluster {winner.cluster}")
+    return 0

@@ -1,0 +1,114 @@
+"""`submit` between parsing and the exit code, without typer: the typer command
+(cli/submit_cmds.py) and the fast path (cli/fast.py) both call `read_submit`, so a dry-run is the
+same code whichever parsed its command line."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Dict
+
+from ..protocol import EXIT_SIGINT
+from .option_values import expand_hosts, parse_env, split_args, split_list
+from .printing import say
+
+
+def job_options(**given: Any) -> Dict[str, Any]:
+    """The job options as typed on the command line -> JobSpec values: the one place where the
+    lists, hostlists, NAME=VALUE pairs and the shell-quoted training arguments are parsed.
+    A bad one raises OptionError, before anything is read or written."""
+    parse: Dict[str, Callable[[Any], Any]] = {
+        "modules": split_list,
+        "env": parse_env,
+        "train_args": split_args,
+        "directives": list,
+        "pass_env": list,
+        "hosts": expand_hosts,
+        "exclude": expand_hosts,
+    }
+    return {k: parse[k](v) if k in parse else v for k, v in given.items()}
+
+
+def show_dry_run(prepared) -> None:
+    """--dry-run: the script on stdout, where it would go and the submit command on stderr."""
+    sys.stdout.write(prepared.script.text)
+    sys.stdout.flush()
+    sys.stderr.write(f"# script: {prepared.script_path}\n{prepared.submit_display()}\n")
+
+
+class Announcer:
+    """Prints a submitted job's id the moment it is recorded (before Ctrl-C is let through), and
+    says what is true when Ctrl-C comes: nothing submitted, or which job keeps running."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def __call__(self, record) -> None:
+        self.records.append(record)
+        print(record.job_id, flush=True)
+        sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+
+    def interrupted(self) -> int:
+        """Say what Ctrl-C left behind; the exit code."""
+        if not self.records:
+            say("interrupted before the job was submitted: nothing was submitted or recorded")
+        else:
+            job = self.records[0].job_id
+            say(
+                f"interrupted after job {job} was submitted and recorded: it keeps running. "
+                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}"
+            )
+        return EXIT_SIGINT
+
+
+def read_submit(v: Dict[str, Any]) -> Callable[[], int]:
+    """`v`: the submit command's parameters by name, as typer passes them. Checks the options
+    (OptionError) and returns the submit itself, which returns the exit code."""
+    options = job_options(
+        cluster=v["cluster"],
+        nodes=v["nodes"],
+        gpus_per_node=v["gpus_per_node"],
+        queue=v["queue"],
+        walltime=v["walltime"],
+        group=v["group"],
+        name=v["name"],
+        modules=v["modules"],
+        env=v["env"],
+        script=v["script"],
+        train_args=v["train_args"],
+        directives=v["directive"],
+        hosts=v["hosts"],
+        workdir=v["workdir"],
+        venv=v["venv"],
+        login=v["login"],
+        pass_env=v["pass_env"],
+        notify=v["notify"],
+        stop_before=v["stop_before"],
+        chain=v["chain"],
+        gather=v["gather"],
+        exclude=v["exclude"],
+        spares=v["spares"],
+    )
+    return lambda: submit(v, options)
+
+
+def submit(v: Dict[str, Any], options: Dict[str, Any]) -> int:
+    from ..prepare import prepare
+    from ..project_config import spec_for
+
+    spec = spec_for(v["config"], options)
+    prepared = prepare(spec, profile_file=v["profile"], note=say)
+    if v["dry_run"]:
+        show_dry_run(prepared)
+        return 0
+    from ..jobs import submit as submit_job
+
+    announce = Announcer()
+    try:
+        record = submit_job(prepared, on_recorded=announce, check=not v["no_check"])
+    except KeyboardInterrupt:
+        return announce.interrupted()
+    if v["follow"]:
+        from ..follow import follow_chain
+
+        return follow_chain(record, show_all=v["show_all"])
+    return 0
