@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, cast
 
 from .. import capsule, dialects, secrets
 from ..dialects import Dialect
 from ..errors import SpecError
-from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE
+from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
 from ..transport.base import Transport
+from ..transport.send_files import FileWriteError, FilesAhead
 from .groups import submit_link
+from .where import check_before_submit
 from .placing import (
     NotRecorded,
     add_or_explain,
@@ -25,7 +27,6 @@ from .placing import (
     record_for,
     run_submit,
     signals_held,
-    write,
 )
 
 if TYPE_CHECKING:
@@ -39,10 +40,12 @@ def submit(
     store: Optional[JobStore] = None,
     sleep: Callable[[float], None] = time.sleep,
     on_recorded: Optional[Callable[[JobRecord], None]] = None,
+    check: bool = True,
 ) -> JobRecord:
     """Write the script where it will run, submit it, record it. Returns the JobRecord.
 
-    `on_recorded` runs while interrupts are still held (the CLI prints the job id there)."""
+    `on_recorded` runs while interrupts are still held (the CLI prints the job id there).
+    `check`: first ask the scheduler to validate the script without queueing it (where.py)."""
 
     job = prepared.job
     profile = job.profile
@@ -55,15 +58,19 @@ def submit(
         # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
         # the submit command runs without them, so no scheduler keeps a copy
         secrets_path = secrets.path_for(script_path) if job.pass_env else None
+        # The files go with the first command that runs (over SSH on its stdin, in one round trip:
+        # transport/send_files.py): the scheduler's check if it has one, else the submit command.
+        ahead = FilesAhead(transport)
         try:
-            capsule_dir = write_capsule(transport, prepared, workdir, written)
-            write(transport, script_path, prepared.script.text, 0o755, written, prepared.host)
-            if secrets_path:
-                written.append(secrets_path)  # first: a write that fails halfway is removed too
-                transport.put_private(secrets_path, secrets.encode(secrets.collect(job.pass_env)))
+            capsule_dir = write_capsule(ahead, prepared, workdir, written)
+            queue(ahead, script_path, prepared.script.text.encode(), 0o755, written)
+            if check:  # the scheduler's own validation, where it has one: a refusal queues nothing
+                check_before_submit(cast(Transport, ahead), prepared, workdir)
+            if secrets_path:  # after the check: a refused job never had its values written
+                queue(ahead, secrets_path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
             with signals_held() as caught:
                 job_id = run_submit(
-                    transport,
+                    cast(Transport, ahead),
                     prepared.script.submit_argv,
                     workdir,
                     dialect,
@@ -97,11 +104,17 @@ def submit(
                     previous = submit_link(transport, store, prepared, dialect, workdir, record, link, previous, sleep)
         except NotRecorded:
             raise
-        except BaseException:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
+        except BaseException as exc:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
             for path in reversed(written):
                 discard(transport, path)
             if not recorded:  # links recorded share the capsule; none was: it goes too
                 discard_empty_dirs(transport, f"{workdir}/{prepared.script.capsule_relpath}")
+            if isinstance(exc, FileWriteError):
+                where = "here" if prepared.host == LOCAL_HOST else f"on {prepared.host}"
+                raise SpecError(
+                    f"cannot write {exc.filename} {where}: {exc.strerror}",
+                    hint="pass --workdir with a directory you can write, with free space",
+                ) from None
             raise
         if caught:
             raise KeyboardInterrupt  # after the record: the job is known, the interrupt still counts
@@ -111,9 +124,9 @@ def submit(
             transport.close()
 
 
-def write_capsule(transport: Transport, prepared: "Prepared", workdir: str, written: List[str]) -> str:
+def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written: List[str]) -> str:
     """The job's capsule where it will run (hpc_launch/capsule.py): the code it runs, what was
-    submitted, and the probe each start runs. Returns its directory."""
+    submitted, and the probe each start runs, queued on `ahead`. Returns its directory."""
     directory = f"{workdir}/{prepared.script.capsule_relpath}"
     source = None
     for i, (local_path, relpath) in enumerate(prepared.uploads):
@@ -128,15 +141,13 @@ def write_capsule(transport: Transport, prepared: "Prepared", workdir: str, writ
                 f"({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
                 hint="give a Python script, or the path of one already on the cluster",
             ) from None
-        write(transport, f"{workdir}/{relpath}", text, 0o644, written, prepared.host)
+        queue(ahead, f"{workdir}/{relpath}", text.encode(), 0o644, written)
     if prepared.remote_code:
         source, relpath = prepared.remote_code
-        source = transport.resolve_path(source if source.startswith(("/", "~")) else f"{workdir}/{source}")
+        source = ahead.resolve_path(source if source.startswith(("/", "~")) else f"{workdir}/{source}")
         target = f"{workdir}/{relpath}"
         written.append(target)
-        copied = transport.run(
-            ["sh", "-c", 'mkdir -p -- "$(dirname -- "$2")" && cp -- "$1" "$2"', "sh", source, target]
-        )
+        copied = ahead.run(["sh", "-c", 'mkdir -p -- "$(dirname -- "$2")" && cp -- "$1" "$2"', "sh", source, target])
         if copied.rc != 0:
             raise SpecError(
                 f"--script {source}: cannot copy it into the job's capsule on {prepared.host} "
@@ -144,18 +155,18 @@ def write_capsule(transport: Transport, prepared: "Prepared", workdir: str, writ
                 hint="pass --workdir with a directory you can write, with free space",
             )
     manifest, diff = capsule.manifest(prepared.job, list(prepared.uploads), prepared.host, source)
-    write(
-        transport,
-        f"{directory}/{CAPSULE_MANIFEST}",
-        json.dumps(manifest, indent=1, sort_keys=True) + "\n",
-        0o644,
-        written,
-        prepared.host,
-    )
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    queue(ahead, f"{directory}/{CAPSULE_MANIFEST}", text.encode(), 0o644, written)
     if diff:
-        write(transport, f"{directory}/{CAPSULE_GIT_DIFF}", diff, 0o644, written, prepared.host)
-    write(transport, f"{directory}/{CAPSULE_PROBE}", capsule.probe_source(), 0o644, written, prepared.host)
+        queue(ahead, f"{directory}/{CAPSULE_GIT_DIFF}", diff.encode(), 0o644, written)
+    queue(ahead, f"{directory}/{CAPSULE_PROBE}", capsule.probe_source().encode(), 0o644, written)
     return directory
+
+
+def queue(ahead: FilesAhead, path: str, data: bytes, mode: int, written: List[str], *, private: bool = False) -> None:
+    """A file for the next command to write; listed in `written` now, so a failure at any point removes it."""
+    written.append(path)
+    ahead.add(path, data, mode, private=private)
 
 
 def adopt(

@@ -9,15 +9,20 @@ Over SSH (paramiko, imported lazily so the CLI stays light):
 - Connecting is retried with exponential backoff; a command is never sent twice: when the
   outcome of a sent command is unknown, TransportError.maybe_ran is True.
 - Commands run as `bash -lc '<cmd>'` so site login scripts (module, PATH to qsub) apply.
+- A submit's files (capsule, script, 0600 secrets) travel on the submit command's stdin and are
+  written atomically by the login shell before it runs (send_files): one channel, no SFTP writes.
+  SFTP serves the reads: the home directory, stats, log offsets.
 
 Modules, each importing only those above it:
   base            CommandResult, the Transport protocol, transport_error
   local           LocalTransport (this machine)
   remote_command  the `bash -lc` string sent to sshd, and stripping login-script output
+  paramiko_lite   paramiko imported without invoke (needed only for `Match exec`)
   ssh_config      ssh_config lookups: Hop, ProxyJump routes
   host_keys       known_hosts checks (unknown vs changed key)
   auth            keys, ssh-agent, keyboard-interactive and password prompts
-  ssh             SSHTransport: connect with retries, run, SFTP files
+  send_files      files written by the command that needs them (its stdin), FilesAhead
+  ssh             SSHTransport: connect with retries, run, run_with_files, SFTP files
   (here)          open_transport / close_all: the process-wide connection cache
 """
 

@@ -21,8 +21,16 @@ _PORTABLE = re.compile(r"^[ -~]*$")
 _NOT_PORTABLE_IN_QUOTES = set("!\\")
 
 
-def wrap_remote_command(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> str:
-    """The exact string handed to the remote sshd (which gives it to the user's login shell)."""
+def wrap_remote_command(
+    argv: Sequence[str],
+    cwd: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    *,
+    runner: Optional[str] = None,
+) -> str:
+    """The exact string handed to the remote sshd (which gives it to the user's login shell).
+    `runner`: bash that the login shell runs with `argv` as its "$@" instead of exec-ing argv
+    (send_files.RECEIVER), so no second shell starts."""
     if not argv:
         raise ValueError("empty command")
     check_env_names(env)
@@ -38,7 +46,7 @@ def wrap_remote_command(argv: Sequence[str], cwd: Optional[str] = None, env: Opt
         steps.append("unset " + " ".join(unset))
     if exports:
         steps.append("export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in exports.items()))
-    steps.append(f"exec {shlex.join(argv)}")
+    steps.append(f"exec {shlex.join(argv)}" if runner is None else f"set -- {shlex.join(argv)} && {{ {runner}; }}")
     inner = f"echo {SENTINEL}; echo {SENTINEL} >&2; " + " && ".join(steps)
     quoted = shlex.quote(inner)
     if _PORTABLE.match(quoted) and not (_NOT_PORTABLE_IN_QUOTES & set(quoted)):

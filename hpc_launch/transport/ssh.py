@@ -1,5 +1,6 @@
 """SSHTransport: one paramiko connection to a login node (through its ProxyJump hops), reused for
-commands (connect retried; a sent command never resent) and SFTP file operations."""
+commands (connect retried; a sent command never resent), commands that carry files on their stdin
+(send_files.py: a submit's script, capsule and secrets) and SFTP file operations (reads, stats)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Optional
 
 from hpc_launch.errors import HostKeyError, TransportError
 
-from . import host_keys
+from . import host_keys, paramiko_lite, send_files
 from .auth import authenticate
 from .base import CommandResult, decode_output, transport_error
 from .remote_command import strip_preamble, wrap_remote_command
@@ -45,7 +46,7 @@ class SSHTransport:
         retries: int = 3,
         backoff: float = 0.5,
     ):
-        import paramiko  # noqa: F401  (fail early and clearly if missing)
+        paramiko_lite.load()  # fail early and clearly if missing
 
         self.host = host
         self.ssh_config_path = os.path.expanduser(
@@ -186,10 +187,23 @@ class SSHTransport:
     # ---- commands
 
     def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
+        data = stdin.encode() if stdin is not None else None
+        return self._run(wrap_remote_command(argv, cwd, env), shlex.join(argv), timeout, data)
+
+    def run_with_files(self, files, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
+        """Write `files`, then run `argv`, in one exec channel: the files' bytes go on its stdin
+        (send_files.py), so no SFTP session and no round trip per file. FileWriteError when a
+        file could not be written (none is left; the command did not run)."""
+        data = send_files.payload(files, stdin.encode() if stdin is not None else None)
+        command = wrap_remote_command(send_files.receiver_args(files, argv, cwd), None, env, runner=send_files.RECEIVER)
+        result = self._run(command, shlex.join(argv), timeout, data)
+        send_files.raise_if_not_written(files, result)
+        return result
+
+    def _run(self, command: str, shown: str, timeout: float, stdin: Optional[bytes]) -> CommandResult:
+        """`shown` names the command in errors: never the env values, they may hold secrets."""
         import paramiko
 
-        command = wrap_remote_command(argv, cwd, env)
-        shown = shlex.join(argv)  # never the env values: they may hold secrets
         for attempt in (1, 2):
             t = self._transport()
             try:
@@ -211,15 +225,16 @@ class SSHTransport:
         finally:
             channel.close()
 
-    def _exchange(self, channel, command: str, stdin: Optional[str], timeout: float) -> CommandResult:
+    def _exchange(self, channel, command: str, stdin: Optional[bytes], timeout: float) -> CommandResult:
         import paramiko
 
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
         try:
             channel.exec_command(command)
-            if stdin is not None:
-                channel.sendall(stdin.encode())
+            if stdin:
+                channel.settimeout(timeout)
+                _send_all(channel, stdin)
             channel.shutdown_write()  # EOF on the command's stdin, so nothing waits for input
             while True:
                 while channel.recv_ready():
@@ -361,6 +376,22 @@ class SSHTransport:
 
     def close(self) -> None:
         self._drop()
+
+
+def _send_all(channel, data: bytes) -> None:
+    """Send `data` on the command's stdin. A command that exits before reading it all (a file it
+    could not write) closes the channel: its result is still to be read, so that is no error."""
+    offset = 0
+    while offset < len(data):
+        try:
+            sent = channel.send(data[offset : offset + 32768])
+        except OSError:  # socket.timeout too: a far end that neither reads nor exits
+            if channel.exit_status_ready():
+                return
+            raise
+        if sent == 0:  # the channel closed: its exit status (or a lost connection) tells which
+            return
+        offset += sent
 
 
 def _alive(t) -> bool:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from . import paramiko_lite
 from .base import transport_error
 
 
@@ -34,11 +35,15 @@ class SshConfig:
     """One ssh_config file (empty when absent); `known_hosts_override` replaces every known_hosts file it names."""
 
     def __init__(self, path: str, known_hosts_override: Optional[str] = None):
-        import paramiko
-
+        paramiko = paramiko_lite.load()
         self.path = path
         self.known_hosts_override = known_hosts_override
-        self._config = paramiko.SSHConfig.from_path(path) if os.path.exists(path) else paramiko.SSHConfig.from_text("")
+        text = ""
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        paramiko_lite.allow_match_exec(text)
+        self._config = paramiko.SSHConfig.from_text(text)
 
     def hop(self, spec: str) -> Hop:
         """One hop from an alias or a ProxyJump entry ([user@]host[:port] or ssh://...)."""
