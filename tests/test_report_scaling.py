@@ -165,6 +165,7 @@ def test_scaling_table_csv_chart_and_proposal_for_a_planned_training(jobs, hpc_l
     plotted = json.loads(png.text["Description"])[CONF]
     assert plotted["speedup"] == [[n, exp[n]["speedup"]] for n in sorted(exp)]
     assert plotted["ideal"] == [[n, exp[n]["ideal"]] for n in sorted(exp)]
+    assert plotted["proposed"] == pick  # the starred point
 
 
 def test_plan_steps_use_each_node_counts_global_batch_and_the_floor_moves_the_proposal(jobs, hpc_launch_bin):
@@ -191,7 +192,7 @@ def test_without_a_plan_the_table_has_no_wall_time_and_says_how_to_get_it(jobs, 
     assert all(row["wall_h"] == "" and row["node_hours"] == "" and row["planned_samples"] == "" for row in rows)
     md = (jobs / "rep" / "report.md").read_text()
     assert f"| 1 | 2 | {exp[1]['sps']:.1f} | 1.00 | 1.00 | 100% | {exp[1]['gb']} | - | - | - |" in md
-    assert "`--plan-samples N` or `--plan-steps N` adds wall time and node-hours" in md
+    assert "`--plan-samples N`, `--plan-steps N` or `--plan-epochs N` adds wall time and node-hours" in md
 
 
 def test_a_single_node_count_gives_no_scaling_section_and_says_why_on_stderr(tmp_path, hpc_launch_bin):
