@@ -23,6 +23,7 @@ def is_local(host: str | None) -> bool:
 EXIT_OK = 0
 EXIT_RESUMABLE = 75  # stopped for time at a complete checkpoint: the next chain link resumes
 EXIT_PREFLIGHT = 78  # the pre-flight gate found the job is not what was asked (EX_CONFIG): nothing trained
+EXIT_LOST_START = 79  # `where --submit`: another cluster's job started this training first; this copy did not train
 EXIT_HANG = 124  # the watchdog ended a hung job (as timeout(1) does when its time is up)
 EXIT_SIGINT = 130
 EXIT_SIGKILL = 137

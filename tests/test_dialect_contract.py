@@ -105,3 +105,20 @@ def test_doctor_reads_each_schedulers_failure_wording_from_its_dialect():
         ).top.cause.key
         == "walltime"
     )
+
+
+@pytest.mark.parametrize("dialect", dialects.all_dialects(), ids=lambda d: d.name)
+def test_each_dialect_says_whether_it_can_validate_a_job_without_queueing_it(dialect):
+    """`where` and `submit`'s check (hpc_launch/jobs/where.py) use the test command where there is
+    one; a dialect without one says so by returning None, and names none in messages."""
+    argv = dialect.test_submit_argv("/tmp/x.sh", submit_flags=["-N", "x"])
+    if argv is None:
+        assert dialect.test_submit_name == ""
+        return
+    assert dialect.has_scheduler and dialect.test_submit_name.split()[0] == dialect.submit_program
+    assert argv[-1] == "/tmp/x.sh" and argv[-3:-1] == ["-N", "x"]  # the job's own flags, the script last
+
+
+def test_the_schedulers_that_validate_before_queueing_are_slurm_and_grid_engine():
+    able = sorted(d.name for d in dialects.all_dialects() if d.test_submit_argv("x.sh") is not None)
+    assert able == ["gridengine", "slurm"]  # PBS Professional's and Cobalt's qsub have no such mode

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpc_launch import cli
+from hpc_launch.dialects.base import WouldStart
 from hpc_launch.dialects.slurm import Slurm
 from hpc_launch.errors import SchedulerError
 from hpc_launch.records import JobStore, default_path
@@ -142,3 +143,138 @@ def test_where_says_which_cluster_could_not_be_asked(fake_sbatch, capsys):
     answer.write_text("slurm_sbatch_parsable 0")  # an answer that is not --test-only's
     out = _cli(capsys, "where", "-c", "tb-slurm", code=3)
     assert out.startswith("tb-slurm  could not ask: cannot read sbatch --test-only's answer"), out
+
+
+# ---- submit validates first (sbatch --test-only on the written script), then submits once -----
+
+
+@pytest.fixture
+def fake_slurm_submit(tmp_path, monkeypatch):
+    """`sbatch` on PATH: `--test-only` replays the recording named in `answer`; a real submit
+    prints a --parsable id. Every call is logged, so the test can count the submissions."""
+    log, answer = tmp_path / "calls", tmp_path / "answer"
+    answer.write_text("slurm_sbatch_test_only_idle_epoch 0")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        'case " $* " in *" --test-only "*) ;; *) echo 4242; exit 0 ;; esac\n'
+        f"read -r name rc < {answer}\n"
+        f'cat {SCHED}/"$name".txt; cat {SCHED}/"$name".stderr.txt >&2 2>/dev/null\n'
+        'exit "$rc"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HPC_LAUNCH_CLUSTERS_DIR", str(PROFILES))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return log, answer, work
+
+
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("slurm_sbatch_test_only_bad_partition", "Invalid partition name specified"),
+        ("slurm_sbatch_test_only_time_limit", "Requested time limit is invalid (missing or exceeds some limit)"),
+        ("slurm_sbatch_test_only_too_many_nodes", "Node count specification invalid"),
+    ],
+)
+def test_submit_refused_by_the_check_queues_nothing_and_says_the_schedulers_reason(
+    fake_slurm_submit, capsys, name, said
+):
+    log, answer, work = fake_slurm_submit
+    answer.write_text(f"{name} 1")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["submit", "-c", "tb-slurm", "-n", "1"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 3 and out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"hpc-launch: error: sbatch --test-only refused the job, so nothing was submitted: {said}")
+    assert "hpc-launch clusters show tb-slurm" in line and "HPC_LAUNCH_SUBMIT_CHECK=0" in line
+    [asked] = log.read_text().splitlines()  # the check only: no submit command ran
+    assert asked.startswith("--test-only ") and asked.endswith(".sh")
+    assert [p for p in work.rglob("*") if p.is_file()] == []  # the script and capsule are gone again
+    assert not default_path().exists() or JobStore().list() == []
+
+
+def test_submit_that_passes_the_check_is_submitted_once(fake_slurm_submit, capsys):
+    log, _, work = fake_slurm_submit
+    out = _cli(capsys, "submit", "-c", "tb-slurm", "-n", "2")
+    assert out.strip() == "4242"
+    checked, submitted = log.read_text().splitlines()
+    assert checked.startswith("--test-only ") and submitted.startswith("--parsable ")
+    assert checked.split()[-1] == submitted.split()[-1]  # the same script, as the submit names it
+    assert [r.job_id for r in JobStore().list()] == ["4242"]
+
+
+def test_submit_check_can_be_turned_off(fake_slurm_submit, capsys, monkeypatch):
+    log, answer, _ = fake_slurm_submit
+    answer.write_text("slurm_sbatch_test_only_bad_partition 1")  # would refuse: it is not asked
+    monkeypatch.setenv("HPC_LAUNCH_SUBMIT_CHECK", "0")
+    assert _cli(capsys, "submit", "-c", "tb-slurm").strip() == "4242"
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["--parsable"]
+
+
+def test_submit_no_check_submits_without_asking(fake_slurm_submit, capsys):
+    log, answer, _ = fake_slurm_submit
+    answer.write_text("slurm_sbatch_test_only_bad_partition 1")  # would refuse: it is not asked
+    assert _cli(capsys, "submit", "-c", "tb-slurm", "--no-check").strip() == "4242"
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["--parsable"]
+
+
+def test_an_answer_the_check_cannot_read_is_said_and_the_submit_goes_on(fake_slurm_submit, capsys):
+    log, answer, _ = fake_slurm_submit
+    answer.write_text("slurm_sbatch_parsable 0")  # not --test-only's answer
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["submit", "-c", "tb-slurm"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0 and out.strip() == "4242"
+    assert "note: submitting unchecked: cannot read sbatch --test-only's answer" in err
+    assert len(log.read_text().splitlines()) == 2
+
+
+# ---- Grid Engine: qsub -w v (verify without submitting; no start time) ------------------------
+
+
+def test_grid_engine_verifies_without_submitting_and_gives_no_time():
+    from hpc_launch.dialects.gridengine import GridEngine
+
+    ge = GridEngine()
+    assert ge.test_submit_argv("x.sh", submit_flags=["-N", "a"]) == ["qsub", "-w", "v", "-N", "a", "x.sh"]
+    assert ge.parse_test_submit(0, *_answer_or_empty("sge_qsub_verify_ok")) == WouldStart()
+    said = ge.parse_test_submit(1, *_answer_or_empty("sge_qsub_verify_too_many_slots"))
+    assert said.error == 'Job 147 cannot run in PE "smp" because it only offers 0 slots'
+    said = ge.parse_test_submit(1, *_answer_or_empty("sge_qsub_verify_unknown_queue"))
+    assert said.error == 'Job was rejected because job requests unknown queue "nope.q"'
+    with pytest.raises(SchedulerError, match="cannot read qsub -w v's answer"):
+        ge.parse_test_submit(0, 'Your job 5 ("x") has been submitted\n', "")
+
+
+def _answer_or_empty(name: str):
+    err = SCHED / f"{name}.stderr.txt"
+    return (SCHED / f"{name}.txt").read_text(), err.read_text() if err.exists() else ""
+
+
+def test_a_check_that_cannot_run_is_said_and_the_submit_speaks_for_itself(tmp_path, monkeypatch, capsys):
+    """No sbatch on PATH (a login node without Slurm): the check says it could not run, and the
+    submit command's own failure is the error, not a "refusal" by a scheduler never asked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "mktemp", "mkdir", "cat", "rm", "env", "find", "rmdir", "dirname", "cp", "chmod"):
+        found = next((Path(d) / tool for d in os.environ["PATH"].split(os.pathsep) if (Path(d) / tool).exists()), None)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("HPC_LAUNCH_CLUSTERS_DIR", str(PROFILES))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["submit", "-c", "tb-slurm"])
+    _, err = capsys.readouterr()
+    assert exit_.value.code == 3
+    assert "note: submitting unchecked: cannot run sbatch --test-only on localhost" in err
+    assert "refused the job, so nothing was submitted" not in err

@@ -108,9 +108,12 @@ class Dialect:
       asked only when some are queued; default: none). `estimates_start`: the scheduler can give
       a start time at all (False: `status` says "no estimate from <title>", never a guess).
     Before submitting (hpc_launch/jobs/where.py): `test_submit_argv(script_path, submit_flags=...)`
-      -> a command that asks the scheduler when the job in `script_path` would start without
-      queueing it (Slurm's `sbatch --test-only`); None (the default): no such command exists, and
-      `where` says "no estimate without submitting". `parse_test_submit(rc, out, err)` -> WouldStart.
+      -> a command that validates the job in `script_path` without queueing it, and says when it
+      would start where the scheduler can (Slurm's `sbatch --test-only`; Grid Engine's `qsub -w v`,
+      no time); None (the default): no such command exists, `where` says "no estimate without
+      submitting" and `submit` queues unchecked. `parse_test_submit(rc, out, err)` -> WouldStart
+      (`error`: the scheduler's refusal, one line). `test_submit_name`: the command in messages.
+      `submit` runs it on the script it just wrote, before the submit command (`where.check_before_submit`).
     Cancelling: `cancel_argv(id)`, `parse_cancel(rc, out, err)` -> CancelOutcome.
     Inside a job: `nodefile_vars`, `nodes_from_env(env)` -> (source, host -> slots) or None.
     Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
@@ -148,6 +151,8 @@ class Dialect:
     # Shell run at the start of a job the scheduler restarted by itself: says so, and reports the
     # hosts that failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS ("": this scheduler cannot tell).
     restarted_shell: str = ""
+    # How messages name `test_submit_argv`'s command ("": the scheduler has none).
+    test_submit_name: str = ""
     # The scheduler can estimate when a queued job starts (by `start_estimates` or in its status
     # answer's `StatusInfo.estimated_start`).
     estimates_start = False
@@ -218,7 +223,8 @@ class Dialect:
         )
 
     def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
-        """A command that says when the job would start without submitting it; None: none exists."""
+        """A command that validates the job without queueing it (and says when it would start,
+        where the scheduler can); None: none exists."""
         return None
 
     def parse_test_submit(self, rc: int, out: str, err: str) -> WouldStart:
@@ -327,11 +333,11 @@ class Dialect:
     # ---- inside the job ----------------------------------------------------------------------
     def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, Dict[str, int]]]:
         """(source, host -> slots) from this scheduler's node list, or None when not in its job."""
-        from ..nodelist import count_hosts, read_node_file
+        from ..nodelist import count_host_text, read_node_file
 
         for var in self.nodefile_vars:
             if env.get(var):
-                return f"${var}", count_hosts(read_node_file(env[var], f"${var}").splitlines(), f"${var} ({env[var]})")
+                return f"${var}", count_host_text(read_node_file(env[var], f"${var}"), f"${var} ({env[var]})")
         return None
 
     # ---- arrays (one task per sweep point) ----------------------------------------------------

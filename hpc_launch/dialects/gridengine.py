@@ -13,8 +13,9 @@ import re
 from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StatusInfo, WouldStart, last_matching_line
 
 _LETTERS = set("dEhqrRsStTwxz")
 # "qmaster enforced h_rt, h_cpu, or h_vmem limit": also the execution daemon's own kill for h_rt,
@@ -129,6 +130,7 @@ class GridEngine(Dialect):
     keyed_flags = ("-l", "-v")
     failure_wording = {"queue_limit": (r"Unable to run job: job rejected: (?P<why>.*?)\s*$",)}  # qsub
     submit_program = "qsub"
+    test_submit_name = "qsub -w v"
     job_id_expr = "${JOB_ID:?not inside a Grid Engine job}"
     job_num_expr = "${JOB_ID}"
     nodelist_shell = (
@@ -143,6 +145,27 @@ class GridEngine(Dialect):
         # `Your job 42 ("name") has been submitted`, `Your job-array 42.1-4:1 (...)`, or -terse `42`.
         m = last_matching_line(out, r"^(?:Your job(?:-array)? (\d+)[.\s]|(\d+)(?:\.\S+)?$)", "qsub")
         return m.group(1) or m.group(2)
+
+    # ---- before submitting: qsub -w v ----------------------------------------------------------
+    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
+        # qsub(1) `-w v`: "verify: ... the job is not submitted", checked as if the cluster were
+        # empty. So it refuses what no queue can ever take (qsub itself queues a `-pe smp 99` that
+        # never starts: seen on the testbed's 8.1.9) and says no start time.
+        return [self.submit_program, "-w", "v", *submit_flags, script_path]
+
+    def parse_test_submit(self, rc: int, out: str, err: str) -> WouldStart:
+        # recorded: tests/golden/sched/sge_qsub_verify_*: `verification: found suitable queue(s)`,
+        # exit 0; `Unable to run job: Job 147 cannot run in PE "smp" because it only offers 0
+        # slots` / `verification: no suitable queues` / `Exiting.`, exit 1
+        text = f"{out}\n{err}"
+        if rc == 0 and "verification: found suitable queue" in text:
+            return WouldStart()
+        lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() != "Exiting."]
+        if rc == 0 or not lines:
+            shown = " | ".join(lines)[:200] or "(nothing)"
+            raise SchedulerError(f"cannot read qsub -w v's answer (exit {rc}): {shown}")
+        why = next((line for line in lines if line.startswith("Unable to run job:")), lines[0])
+        return WouldStart(error=re.sub(r"^Unable to run job:\s*(?:job rejected:\s*)?", "", why))
 
     # ---- status ----------------------------------------------------------------------------
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:

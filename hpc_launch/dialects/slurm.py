@@ -185,6 +185,7 @@ class Slurm(Dialect):
         ),
     }
     submit_program = "sbatch"
+    test_submit_name = "sbatch --test-only"
     job_id_expr = "${SLURM_JOB_ID:?not inside a Slurm job}"
     job_num_expr = "${SLURM_JOB_ID}"
     nodelist_shell = 'scontrol show hostnames "$SLURM_JOB_NODELIST"'

@@ -169,15 +169,19 @@ def submit_array(
 
 
 def group_members(store: JobStore, ident: str, cluster: Optional[str] = None) -> List[JobRecord]:
-    """The jobs of the sweep or job array `ident` names (a sweep id, an array's id as submit
-    printed it, or that id's number), in point order; [] when it names none."""
+    """The jobs of the sweep, job array or first-to-start group `ident` names (a sweep id, an
+    array's id as submit printed it, or that id's number; a group id), in point order; [] when
+    it names none."""
     ident = ident.strip()
     members = []
     for r in store.list(cluster=cluster, limit=100000):
         extra = r.extra or {}
         array = str(extra.get("array") or "")
         if ident and (
-            extra.get("sweep") == ident or array == ident or (array and array.split(".", 1)[0] in (ident, f"{ident}[]"))
+            extra.get("sweep") == ident
+            or extra.get("first_start") == ident  # where --submit's group (jobs/first_start.py)
+            or array == ident
+            or (array and array.split(".", 1)[0] in (ident, f"{ident}[]"))
         ):
             members.append(r)
     return sorted(members, key=lambda r: (r.extra.get("point_index", r.extra.get("task", 0)), r.submit_time))

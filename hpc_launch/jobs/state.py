@@ -21,13 +21,14 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from .. import dialects
+from .. import dialects, notify_relay
 from ..dialects import Dialect, StatusInfo
 from ..errors import HpcLaunchError, SchedulerError, TransportError
 from ..logs import read_exit_code
 from ..protocol import (
     BAD_HOST_TTL_S,
     EXIT_HANG,
+    EXIT_LOST_START,
     EXIT_PREFLIGHT,
     EXIT_RESUMABLE,
     EXIT_SIGINT,
@@ -54,6 +55,8 @@ def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
         return JobState.DONE
     if code == EXIT_RESUMABLE:
         return JobState.TIMEOUT
+    if code == EXIT_LOST_START:  # its start gate stopped it: another cluster trains this (where --submit)
+        return JobState.CANCELLED
     if code is None or code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL):
         return JobState.CANCELLED if asked else JobState.FAILED
     return JobState.FAILED
@@ -79,6 +82,8 @@ def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
             "a rank hung and the watchdog ended the job: `hpc-launch "
             "doctor` names the rank and host (its stacks are in the log)"
         )
+    if code == EXIT_LOST_START:
+        return "another cluster of its group started this training first: this copy exited without training"
     if code == EXIT_PREFLIGHT:
         return (
             "the pre-flight gate found the job was not what was asked, so "
@@ -331,7 +336,8 @@ def refresh(
     records = list(records)
     groups: Dict[tuple, List[JobRecord]] = {}
     for rec in records:
-        if not JobState(rec.state).terminal:
+        # an ended job may still owe a --notify message from its outbox (notify_relay.py)
+        if not JobState(rec.state).terminal or notify_relay.wanted(rec):
             groups.setdefault((rec.cluster, rec.host), []).append(rec)
     down: Dict[str, TransportError] = {}  # a host that failed is not tried again for its other clusters
     unreached: List[Unreached] = []
@@ -340,9 +346,11 @@ def refresh(
             if host in down:
                 raise down[host]
             transport = transport_for(host)
-            answers = query(transport, recs)
-            for rec in recs:
+            active = [rec for rec in recs if not JobState(rec.state).terminal]
+            answers = query(transport, active)
+            for rec in active:
                 store_outcome(store, rec, answers[rec.job_id], transport)
+            notify_relay.relay(store, recs, transport)  # this side has a network: send what the jobs could not
         except (TransportError, SchedulerError) as exc:
             if isinstance(exc, TransportError):
                 down[host] = exc
@@ -352,6 +360,9 @@ def refresh(
             raise gone.error
         on_unreached(gone)
     return [store.get(r.job_id, r.cluster) for r in (records if keep is None else keep)]
+
+
+RELAY_EVERY_S = 30.0
 
 
 class NeverRuns(HpcLaunchError):
@@ -372,13 +383,17 @@ def state_poller(
     scheduler's comment when it changes, and (`on_start`, with the record and its new estimate) a queued
     job's start estimate or pending reason when it changes (to the minute: backfill moves it by
     seconds at every pass)."""
-    seen: Dict[str, Any] = {"comment": record.comment, "start": None}
+    seen: Dict[str, Any] = {"comment": record.comment, "start": None, "relayed": 0.0}
 
     def state() -> JobState:
         current = store.get(record.job_id, record.cluster) if store else record
         got = query(transport, [current])[record.job_id]
         if store is not None:
             store_outcome(store, current, got, transport)
+            # --notify: send what the job left for a relay, at each change and every RELAY_EVERY_S
+            if got.state.value != current.state or time.monotonic() - seen["relayed"] > RELAY_EVERY_S:
+                seen["relayed"] = time.monotonic()
+                notify_relay.relay(store, [current], transport)
         if got.comment and got.comment != seen["comment"] and on_comment is not None:
             on_comment(got.comment)
         seen["comment"] = got.comment

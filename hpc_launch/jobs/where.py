@@ -1,20 +1,38 @@
-"""`where`: the same job rendered for several clusters, and when each would start it, asked
-BEFORE submitting. The script is the one `submit` would send (`prepare()`); it is written to a
+"""Asking the scheduler about a job without queueing it.
+
+`where`: the same job rendered for several clusters, and when each would start it, asked BEFORE
+submitting. The script is the one `submit` would send (`prepare()`); it is written to a
 temporary file on the submit host only while the scheduler's test command reads it (Slurm's
-`sbatch --test-only`), then removed: nothing is submitted, recorded or left behind."""
+`sbatch --test-only`, Grid Engine's `qsub -w v`), then removed: nothing is submitted, recorded or
+left behind.
+
+`check_before_submit`: `submit` runs the same test command on the script it has just written,
+before the submit command, so a request the scheduler refuses (a partition or queue that does
+not exist, more nodes or time than it allows) is a one-line error with the scheduler's own
+reason, and nothing is queued."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
-from .. import dialects
-from ..errors import HpcLaunchError, ProfileError, SpecError, TransportError
+from .. import dialects, secrets
+from ..dialects.base import WouldStart
+from ..errors import HpcLaunchError, ProfileError, SchedulerError, SpecError, TransportError
 from ..spec import JobSpec
 from ..walltime import hms, parse_walltime
 from .connect import TransportFor, transport_for
 from .state import span_words
+
+if TYPE_CHECKING:
+    from ..prepare import Prepared
+    from ..transport.base import Transport
+
+# HPC_LAUNCH_SUBMIT_CHECK=0 turns `submit`'s check off (a site whose test command is slow or wrong).
+CHECK_ENV = "HPC_LAUNCH_SUBMIT_CHECK"
 
 
 @dataclass(frozen=True)
@@ -90,24 +108,73 @@ def _ask(prepared, transport: TransportFor) -> Where:
         )
     try:
         link.put_text(path, prepared.script.text, 0o600)
-        argv = dialect.test_submit_argv(path, submit_flags=prepared.script.submit_flags) or []
-        got = link.run(dialects.with_site_commands(argv, profile.commands))
+        said = _test_submit(link, prepared, path)
     finally:
         link.remove(path)
-    said = dialect.parse_test_submit(got.rc, got.out, got.err)
     if said.error:
         return _with(
             facts,
-            refused=f"{dialect.submit_program} --test-only: {said.error} "
+            refused=f"{dialect.test_submit_name}: {said.error} "
             f"(`hpc-launch clusters show {profile.name}` lists its queues and their limits)",
         )
     queue = said.queue or job.queue
     on = f" on {said.hosts}" if said.hosts else ""
     if said.at is None:
-        return _with(facts, queue=queue, hosts=said.hosts, estimate=f"accepted, no start time said{on}")
+        return _with(
+            facts,
+            queue=queue,
+            hosts=said.hosts,
+            estimate=f"accepted ({dialect.test_submit_name}), no start time said{on}",
+        )
     left = said.at - time.time()
     when = "starts now" if left < 60 else f"starts in {span_words(left)}"
     return _with(facts, queue=queue, hosts=said.hosts, estimated_start=said.at, estimate=when + on)
+
+
+def _test_submit(link: "Transport", prepared: "Prepared", path: str, cwd: Optional[str] = None) -> WouldStart:
+    """The scheduler's test command on the script at `path` (as the submit command would name it
+    from `cwd`), run as the submit command runs: the site's program name, no --pass-env values."""
+    job = prepared.job
+    dialect = dialects.get(job.profile.dialect)
+    argv = dialect.test_submit_argv(path, submit_flags=prepared.script.submit_flags) or []
+    env = secrets.submit_env(job.pass_env)
+    got = link.run(dialects.with_site_commands(argv, job.profile.commands), cwd=cwd, env=env, timeout=60)
+    if got.rc in (126, 127):  # the shell's "cannot run" / "not found": nothing was asked
+        said = (got.err or got.out).strip().splitlines()
+        raise SchedulerError(
+            f"cannot run {dialect.test_submit_name} on {link.host}: {said[-1] if said else f'exit {got.rc}'}"
+        )
+    return dialect.parse_test_submit(got.rc, got.out, got.err)
+
+
+def check_enabled() -> bool:
+    return os.environ.get(CHECK_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+
+
+def check_before_submit(transport: "Transport", prepared: "Prepared", workdir: str) -> None:
+    """`submit`'s check, on the script just written in `workdir`, before the submit command.
+    Raises SchedulerError (the scheduler's reason, one line) when it refuses the job. Passes when
+    the scheduler has no test command, when $HPC_LAUNCH_SUBMIT_CHECK is 0, and when its answer
+    cannot be read or says "try later" (said on stderr: the submit command then speaks for itself)."""
+    dialect = dialects.get(prepared.job.profile.dialect)
+    if dialect.test_submit_argv("probe") is None or not check_enabled():
+        return
+    try:
+        said = _test_submit(transport, prepared, prepared.script.script_relpath, cwd=workdir)
+    except SchedulerError as err:
+        sys.stderr.write(f"hpc-launch: note: submitting unchecked: {err.message}\n")
+        return
+    if not said.error:
+        return
+    if dialect.is_transient(said.error):
+        sys.stderr.write(f"hpc-launch: note: submitting unchecked: {dialect.test_submit_name} said {said.error}\n")
+        return
+    name = prepared.job.profile.name
+    raise SchedulerError(
+        f"{dialect.test_submit_name} refused the job, so nothing was submitted: {said.error}",
+        hint=f"`hpc-launch clusters show {name}` lists its queues and their limits; "
+        f"`submit --no-check` (or {CHECK_ENV}=0) submits without this check",
+    )
 
 
 def _with(facts: Where, **changes: Any) -> Where:
