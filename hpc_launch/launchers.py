@@ -35,6 +35,9 @@ class Launcher:
     node_dirs: bool = False
     # Starts ranks on the hosts of the job's hostfile (not on every allocated node): --spares works.
     places_by_hostfile: bool = True
+    # How the job runs one task on every node (node-local staging, templates/body/stage.sh.j2):
+    # srun | mpiexec | mpirun | pdsh | here (one node); empty: it cannot, and staging is refused.
+    per_node: str = ""
 
     @property
     def template(self) -> str:
@@ -51,6 +54,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             "inherited (one node)",
             deepspeed_cli=True,
             single_node=True,
+            per_node="here",
         ),
         Launcher(
             "deepspeed-pdsh",
@@ -61,6 +65,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             env_file=True,
             env_via_shell=True,
             over_ssh=True,
+            per_node="pdsh",
         ),
         Launcher(
             "deepspeed-openmpi",
@@ -69,16 +74,24 @@ _LAUNCHERS: Dict[str, Launcher] = {
             ".deepspeed_env (turned into mpirun -x)",
             deepspeed_cli=True,
             env_file=True,
+            per_node="mpirun",
         ),
-        Launcher("mpirun", "Open MPI mpirun, one rank per GPU", ("openmpi",), "mpirun -x NAME"),
+        Launcher("mpirun", "Open MPI mpirun, one rank per GPU", ("openmpi",), "mpirun -x NAME", per_node="mpirun"),
         Launcher(
             "mpiexec",
             "MPICH/PALS mpiexec (Polaris), one rank per GPU",
             ("pmi", "pmix", "pals"),
             "mpiexec --envall",
             cpu_bind=True,
+            per_node="mpiexec",
         ),
-        Launcher("mpirun-torchrun", "mpirun one task per node, torchrun inside (Miyabi)", ("torch",), "mpirun -x NAME"),
+        Launcher(
+            "mpirun-torchrun",
+            "mpirun one task per node, torchrun inside (Miyabi)",
+            ("torch",),
+            "mpirun -x NAME",
+            per_node="mpirun",
+        ),
         Launcher(
             "srun",
             "Slurm srun, one task per GPU",
@@ -86,6 +99,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             "srun (whole environment)",
             places_by_hostfile=False,
             node_dirs=True,
+            per_node="srun",
         ),
         Launcher(
             "srun-torchrun",
@@ -93,6 +107,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             ("torch",),
             "srun (whole environment)",
             places_by_hostfile=False,
+            per_node="srun",
         ),
     )
 }

@@ -1,17 +1,25 @@
-"""--notify: word when a job starts and ends, sent by the job itself (the laptop that submitted may
-be off), to a webhook: Slack/Mattermost-compatible JSON (`{"text": "..."}`), or ntfy's plain
-text body.
+"""--notify: word when a job starts and ends, sent to a webhook (Slack/Mattermost-compatible JSON
+`{"text": "..."}`, or ntfy's plain text body) or by e-mail (notify_email.py); a failure carries
+doctor's cause and fix (notify_cause.py).
 
-The URL is a secret (anyone holding it can post): it reaches the job as a --pass-env variable
-(hpc_launch/secrets.py), and this module reads it from the environment by the variable's NAME,
-the only thing on its command line. It is never printed: a failure is one line in the log, with
-the URL and its parts masked. Nothing here can fail or hold up the job for long: one POST with a
-10 s timeout, and exit 0 whatever happens. What the job printed (an error line could hold a
-secret) is never sent: only the event, the exit code and the next step.
+The URL (or mail address form) is a secret (anyone holding it can post): it reaches the job as a
+--pass-env variable (hpc_launch/secrets.py), and this module reads it from the environment by the
+variable's NAME, the only thing on its command line. It is never printed: a failure is one line in
+the log, with the URL and its parts masked. What the job printed (an error line could hold a
+secret) is never sent: only the event, the exit code, doctor's cause and fix, and the next step.
+
+Where it is sent from (the profile's `notify_route`, docs/commands.md#notify):
+  direct  the job posts (3 tries in under 30 s); a failure is kept in the outbox as failed
+  relay   the job only writes the outbox; whoever refreshes the job (`status`, `list -r`,
+          `logs -f`, on the login node or the laptop) sends it (notify_relay.py)
+  auto    direct, and what did not go is left in the outbox for the relay (the default)
+Every message is written to the outbox beside the log (notify_outbox.py), sent or not, so
+`status` can say what went and what waits, and why.
 
 Run by the job script's prologue and EXIT trap (templates/body/prologue.sh.j2):
-    python -m hpc_launch.notify --url-from NAME --event start|end [--rc N] ...
-No imports beyond the standard library: this runs inside jobs.
+    python -m hpc_launch.notify --url-from NAME --event start|end [--rc N] --log LOG --route R ...
+No imports beyond the standard library and the package's own standard-library modules: this runs
+inside jobs, and nothing here can fail the job.
 """
 
 from __future__ import annotations
@@ -23,9 +31,12 @@ import re
 import socket
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from typing import List, Optional, Tuple
+
+from . import notify_email, notify_outbox  # the package's own, standard library only
 
 TIMEOUT_S = 10.0
 EXIT_RESUMABLE = 75  # hpc_launch/protocol.py, repeated so this module imports nothing of the package
@@ -87,6 +98,8 @@ def message(
         assert rc is not None
         said = outcome(rc, deadline, time.time() if now is None else now)
         what = f"{where} {said}" if where else said
+        if chain > 1 and link == chain:
+            what += " (the chain's end)"
         if elapsed_s is not None:
             what += f", after {_duration(elapsed_s)}"
         if said.startswith(("failed", "timeout")):  # a cancel is what someone asked for
@@ -116,17 +129,61 @@ def mask(text: str, url: str) -> str:
 
 
 def send(url: str, text: str, timeout: float = TIMEOUT_S) -> Optional[str]:
-    """POST the message; None when it went, else why not (masked)."""
+    """Send the message once: POST it to a webhook, or mail it (notify_email.py). None when it
+    went, else why not (masked)."""
     try:
+        if notify_email.is_mail(url):
+            notify_email.send(url, text.split("\n", 1)[0], text, timeout)
+            return None
         target, body, ctype = payload(url, text)
         if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
-            return "the value is not an http(s) URL"
+            return "the value is not an http(s) URL nor a mail address form (mailto:, smtp://, smtps://)"
         req = urllib.request.Request(target, data=body, method="POST", headers={"Content-Type": ctype})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             resp.read(1024)
         return None
     except Exception as exc:  # noqa: BLE001 - a notification never fails the job, whatever went wrong
+        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, Exception):
+            exc = exc.reason  # the socket's own error: ConnectionRefusedError, not `<urlopen error ...>`
         return mask(f"{type(exc).__name__}: {exc}", url)
+
+
+TRIES = 3
+PAUSES_S = (2.0, 5.0)  # between tries: with TRY_TIMEOUT_S, at most 3 x 6 + 7 = 25 s in all
+PAUSES_ENV = "HPC_LAUNCH_NOTIFY_PAUSES"  # "2,5": the pauses in seconds (each at most 10); tests shorten them
+TRY_TIMEOUT_S = 6.0
+ROUTES = ("auto", "direct", "relay")
+
+
+def pauses(env=os.environ) -> tuple:
+    """The pauses between tries: $HPC_LAUNCH_NOTIFY_PAUSES when it is two numbers of 0-10 s, else
+    PAUSES_S (a bad value never fails the job nor stretches it past its 30 s)."""
+    try:
+        got = tuple(float(x) for x in env.get(PAUSES_ENV, "").split(","))
+    except ValueError:
+        return PAUSES_S
+    return got if len(got) == TRIES - 1 and all(0 <= x <= 10 for x in got) else PAUSES_S
+
+
+def deliver(url: str, text: str, sleep=time.sleep) -> Optional[str]:
+    """Up to TRIES sends with pauses, under 30 s in all; None when one went, else the last reason."""
+    why: Optional[str] = None
+    between = pauses()
+    for attempt in range(TRIES):
+        if attempt:
+            sleep(between[attempt - 1])
+        why = send(url, text, TRY_TIMEOUT_S)
+        if why is None:
+            return None
+    return why
+
+
+def with_cause(text: str, log: str, rc: int) -> str:
+    """A failure's message with doctor's cause and fix below its first line (notify_cause.py)."""
+    from . import notify_cause  # the package's own, standard library only
+
+    lines = notify_cause.cause_lines(log, rc)
+    return "\n".join([text, *lines]) if lines else text
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -141,10 +198,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--chain", type=int, default=1)
     p.add_argument("--since", default="", help="the start, in seconds since the epoch")
     p.add_argument("--deadline", default="", help="HPC_LAUNCH_DEADLINE")
+    p.add_argument("--log", default="", help="the job's log: doctor reads it, the outbox lies beside it")
+    p.add_argument("--route", default="auto", choices=ROUTES)
     try:
         a = p.parse_args(argv)
         url = os.environ.get(a.url_from, "")
-        if not url:
+        if not url and a.route != "relay":
             print(f"[hpc-launch] notify: {a.url_from} is not set in the job: no message sent", file=sys.stderr)
             return 0
         now = time.time()
@@ -163,10 +222,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             deadline=deadline,
             now=now,
         )
-        why = send(url, text)
+        if a.event == "end" and a.log and text.endswith(f"next: hpc-launch doctor {a.job_id}"):
+            text = with_cause(text, a.log, a.rc if a.rc is not None else 1)
+            text = mask(text, url) if url else text
+        why = None if a.route == "relay" else deliver(url, text)
+        sent = a.route != "relay" and why is None
+        if a.log:
+            _keep(a, text, sent=sent, why=why or "", now=now)
         if why:
+            then = "; left in the outbox for `hpc-launch status` to send" if a.route == "auto" and a.log else ""
             print(
-                f"[hpc-launch] notify: the webhook in {a.url_from} did not take the {a.event} message ({why})",
+                f"[hpc-launch] notify: the {'mail address' if notify_email.is_mail(url) else 'webhook'} in "
+                f"{a.url_from} did not take the {a.event} message ({why}){then}",
                 file=sys.stderr,
             )
     except SystemExit:  # argparse's own message is already printed
@@ -174,6 +241,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"[hpc-launch] notify: no message sent ({type(exc).__name__})", file=sys.stderr)
     return 0
+
+
+def _keep(a: argparse.Namespace, text: str, *, sent: bool, why: str, now: float) -> None:
+    """The message in the outbox: the relay sends it if it is not sent, `status` counts it either way."""
+    entry = notify_outbox.Entry(
+        id=f"{a.job_id}.{a.event}.{time.time_ns()}",  # a requeued job starts again under the same id
+        event=a.event,
+        via=a.url_from,
+        subject=text.split("\n", 1)[0],
+        text=text,
+        at=now,
+        sent=sent,
+        relay=a.route != "direct",
+        why=why,
+    )
+    try:
+        notify_outbox.append(notify_outbox.outbox_path_for(a.log), entry)
+    except OSError as exc:
+        print(f"[hpc-launch] notify: the outbox beside the log cannot be written ({exc.strerror})", file=sys.stderr)
 
 
 if __name__ == "__main__":

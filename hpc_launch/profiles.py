@@ -188,6 +188,43 @@ class Launch(_Strict):
             raise ValueError(f"node_dirs are not created by the {self.launcher} launcher")
 
 
+class Stage(_Strict):
+    """Node-local staging (hpc_launch/stage.py, docs/staging.md): before the ranks start, the job's
+    venv (and `data`) are copied once from the shared file system to `dest` on every node by a tree
+    broadcast, and the ranks run from the copy. Off unless `env` is true or `data` is given."""
+
+    env: bool = False  # stage the job's virtualenv; the ranks then import torch/DeepSpeed from the copy
+    data: Optional[str] = None  # a shared directory staged too; the job finds it in $HPC_LAUNCH_STAGED_DATA
+    # node-local directory, the same path on every node; $VAR is expanded on each node, {host} becomes its name
+    dest: Optional[str] = None
+    timeout_s: Annotated[int, Meta(ge=10, le=3600)] = 300  # for the tree to connect, and the most a node may wait
+
+    @property
+    def on(self) -> bool:
+        return self.env or self.data is not None
+
+    def __post_init__(self):
+        for key, value in (("dest", self.dest), ("data", self.data)):
+            if value is not None and (not value.startswith(("/", "$")) or re.search(r"[\x00-\x1f\x7f]", value)):
+                raise ValueError(f"stage.{key}: {value!r} is not an absolute directory")
+        if self.on and not self.dest:
+            raise ValueError("stage: give stage.dest, the node-local directory to stage to")
+
+
+class Charge(_Strict):
+    """What the site charges a job, in its own unit, for `report`'s allocation plan: units per
+    node-hour of elapsed time (by queue where they differ). No rate where no source gives one."""
+
+    unit: str  # "ABCI points", "TSUBAME4 points", "tokens"
+    source: str  # where the unit and the rates are stated (a URL)
+    status: Literal["V", "U", "I"]  # as in facts: verified in the source, used in practice, inferred
+    per_node_hour: Optional[Annotated[float, Meta(gt=0)]] = None  # on every queue not in `queues`
+    queues: Dict[str, Annotated[float, Meta(gt=0)]] = {}
+
+    def rate(self, queue: Optional[str]) -> Optional[float]:
+        return self.queues.get(queue or "", self.per_node_hour)
+
+
 class Profile(_Strict):
     name: str
     title: str
@@ -218,10 +255,15 @@ class Profile(_Strict):
     hosts: List[str] = []  # fixed node list (pods, local)
     log: LogSpec = msgspec.field(default_factory=LogSpec)
     rendezvous: Rendezvous = msgspec.field(default_factory=Rendezvous)
+    stage: Stage = msgspec.field(default_factory=Stage)  # node-local copies of the venv/data (stage.py)
     train_args: List[str] = []  # default arguments for the training entrypoint
     # `#!/bin/bash -l`: the job starts as a login shell (ALCF asks for it: `module` is defined there)
     login_shell: bool = False
+    # --notify: where a job's messages are sent from (hpc_launch/notify.py): `direct` the job posts,
+    # `relay` it leaves them for whoever refreshes it with a network, `auto` direct then relay
+    notify_route: Literal["auto", "direct", "relay"] = "auto"
     facts: Dict[str, str] = {}  # evidence: key -> "V|U|I: source"
+    charge: Optional[Charge] = None  # the site's charge unit and rates (`report --plan-*`)
 
     def __post_init__(self):
         _check_walltime(self.default_walltime)
@@ -233,6 +275,11 @@ class Profile(_Strict):
             if name not in self.queues:
                 known = ", ".join(sorted(self.queues))
                 raise ValueError(f"queue_fallbacks: {name!r} is not one of the queues ({known})")
+        for name in self.charge.queues if self.charge else ():
+            if name not in self.queues:
+                raise ValueError(f"charge.queues: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
+        if self.stage.on and not launcher_entry(self.launch.launcher).per_node:
+            raise ValueError(f"stage: the {self.launch.launcher} launcher has no way to run one task per node")
         for line in list(self.directives) + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))

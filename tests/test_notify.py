@@ -28,7 +28,7 @@ class Hook:
     """A webhook on 127.0.0.1: records each POST's body and, while the poster is alive, every
     process's argv (the URL must be on none)."""
 
-    def __init__(self, secret_path: str) -> None:
+    def __init__(self, secret_path: str, port: int = 0, host: str = "127.0.0.1") -> None:
         self.bodies: List[bytes] = []
         self.leaks: List[str] = []
         hook = self
@@ -49,8 +49,8 @@ class Hook:
             def log_message(self, *_a):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}{secret_path}"
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self.url = f"http://{host}:{self.server.server_port}{secret_path}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def texts(self) -> List[str]:
@@ -140,6 +140,7 @@ def test_a_dead_webhook_changes_nothing_but_one_line_in_the_log(hpc_launch_bin, 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    env["HPC_LAUNCH_NOTIFY_PAUSES"] = "0.2,0.3"  # the 3 tries, without 7 s of pauses per message
     env["MY_WEBHOOK"] = f"http://127.0.0.1:{port}/hook/T0k3n-s3cr3t-path"
     ok = _submit(hpc_launch_bin, work, env, "ok.py", "--notify", "MY_WEBHOOK")
     bad = _submit(hpc_launch_bin, work, env, "fail.py", "--notify", "MY_WEBHOOK")
@@ -268,7 +269,8 @@ def test_slack_gets_json_and_ntfy_plain_text():
 def test_a_failure_never_names_the_url(monkeypatch, capsys):
     url = "https://user:pw@hooks.example.org/hooks/T0k3n?k=Q5ecret"
     assert "T0k3n" not in notify.mask(f"can't reach {url} (hooks.example.org/hooks/T0k3n)", url)
-    assert notify.send("file:///etc/T0k3n", "x") == "the value is not an http(s) URL"
+    assert notify.send("file:///etc/T0k3n", "x").startswith("the value is not an http(s) URL nor a mail address")
+    monkeypatch.setattr(notify, "PAUSES_S", (0.0, 0.0))
     monkeypatch.setenv("MY_WEBHOOK", "http://127.0.0.1:9/T0k3n")  # port 9 (discard): nobody listens
     assert notify.main(["--url-from", "MY_WEBHOOK", "--event", "end", "--rc", "1"]) == 0
     err = capsys.readouterr().err
@@ -282,7 +284,21 @@ def test_the_job_side_imports_only_the_standard_library():
     import ast
     import sys
 
-    tree = ast.parse(Path(notify.__file__).read_text())
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert names - {"__future__"} <= set(sys.stdlib_module_names), names
+    # what the job imports to send and to diagnose: the package's own modules, and they only the standard library
+    code = "import sys; b = set(sys.modules); import hpc_launch.notify, hpc_launch.notify_cause; " + (
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - b} - set(sys.stdlib_module_names)))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    assert r.stdout.strip() == "['hpc_launch']", r.stderr
+    for module in ("notify", "notify_email", "notify_outbox", "notify_cause"):
+        tree = ast.parse((Path(notify.__file__).parent / f"{module}.py").read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert names - {"__future__", "doctor", "protocol"} <= set(sys.stdlib_module_names), (module, names)
+
+
+def test_the_pauses_between_tries_are_two_short_numbers_or_the_default():
+    assert notify.pauses({}) == notify.PAUSES_S == (2.0, 5.0)
+    assert notify.pauses({notify.PAUSES_ENV: "0.2,0.3"}) == (0.2, 0.3)
+    for bad in ("", "1", "1,2,3", "x,1", "-1,2", "1,11", "nan,1"):
+        assert notify.pauses({notify.PAUSES_ENV: bad}) == notify.PAUSES_S, bad
