@@ -1,0 +1,269 @@
+"""Node-local staging (hpc_launch/stage.py): the tree broadcast over real sockets, one process per
+"node". Nodes are loopback addresses 127.0.0.1..N (Linux answers the whole 127/8), each listening
+on the same port as real nodes do; each writes its own {host} destination."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from hpc_launch import stage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree(tmp: Path, n: int) -> tuple:
+    hosts = [f"127.0.0.{i + 1}" for i in range(n)]
+    hostfile = tmp / "hostfile"
+    hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
+    token = tmp / "token"
+    token.write_text(os.urandom(16).hex())
+    token.chmod(0o600)
+    return hosts, hostfile, token
+
+
+def _run_nodes(
+    hostfile: Path, token: Path, src: Path, dest: str, n: int, *, extra: Dict[int, List[str]] = None, skip=()
+) -> List[subprocess.CompletedProcess]:
+    port = _free_port()
+    procs = []
+    for i in range(n):
+        if i in skip:
+            continue
+        argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
+        argv += ["--dest", dest, "--port", str(port), "--token-file", str(token), "--index", str(i)]
+        argv += (extra or {}).get(i, ["--timeout", "20", "--idle", "20"])
+        procs.append(subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=60)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, o, e))
+    return out
+
+
+def _tree_of(path: Path) -> Dict[str, object]:
+    got: Dict[str, object] = {}
+    for p in sorted(path.rglob("*")):
+        rel = str(p.relative_to(path))
+        if p.is_symlink():
+            got[rel] = ("link", os.readlink(p))
+        elif p.is_file():
+            got[rel] = ("file", p.read_bytes(), p.stat().st_mode & 0o777)
+        else:
+            got[rel] = ("dir",)
+    return got
+
+
+@pytest.fixture
+def src(tmp_path) -> Path:
+    d = tmp_path / "src"
+    (d / "pkg" / "sub").mkdir(parents=True)
+    (d / "pkg" / "__init__.py").write_text("X = 1\n")
+    (d / "pkg" / "sub" / "data.bin").write_bytes(os.urandom(3 * stage.CHUNK + 12345))  # several frames
+    (d / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (d / "run.sh").chmod(0o755)
+    (d / "link").symlink_to("pkg/__init__.py")
+    (d / "empty").mkdir()
+    return d
+
+
+def test_tree_shape():
+    assert stage.children(0, 5) == [1, 2] and stage.children(1, 5) == [3, 4] and stage.children(2, 5) == []
+    assert [stage.parent(i) for i in range(5)] == [None, 0, 0, 1, 1]
+    assert [stage.depth(n) for n in (1, 2, 3, 4, 7, 8, 10000)] == [0, 1, 1, 2, 2, 3, 13]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_every_node_gets_a_verified_identical_copy(tmp_path, src, n):
+    hosts, hostfile, token = _tree(tmp_path, n)
+    res = _run_nodes(hostfile, token, src, str(tmp_path / "local" / "{host}" / "env"), n)
+    assert [r.returncode for r in res] == [0] * n, [r.stderr for r in res]
+    assert f"on {n} node(s)" in res[0].stdout and "every copy verified" in res[0].stdout
+    want = _tree_of(src)
+    for h in hosts:
+        assert _tree_of(tmp_path / "local" / h / "env") == want
+    leftovers = [p.name for p in (tmp_path / "local").rglob("*partial*")]
+    assert leftovers == []
+
+
+def test_a_second_job_replaces_the_earlier_copy(tmp_path, src):
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    dest = str(tmp_path / "local" / "{host}")
+    assert all(r.returncode == 0 for r in _run_nodes(hostfile, token, src, dest, 2))
+    (src / "pkg" / "__init__.py").write_text("X = 2\n")
+    (src / "run.sh").unlink()
+    assert all(r.returncode == 0 for r in _run_nodes(hostfile, token, src, dest, 2))
+    for h in hosts:
+        assert (tmp_path / "local" / h / "pkg" / "__init__.py").read_text() == "X = 2\n"
+        assert not (tmp_path / "local" / h / "run.sh").exists()
+
+
+def test_a_node_that_cannot_write_fails_the_job_and_is_named(tmp_path, src):
+    """Node 3 (a leaf under node 1) has a file where its destination's parent should be: the
+    whole tree fails, node 0 names 127.0.0.4, and no node keeps a copy or a partial one."""
+    hosts, hostfile, token = _tree(tmp_path, 5)
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "127.0.0.4").write_text("not a directory")
+    res = _run_nodes(hostfile, token, src, str(tmp_path / "local" / "{host}" / "env"), 5)
+    assert res[0].returncode == 3
+    line = res[0].stderr.strip().splitlines()[-1]
+    assert line.startswith("[hpc-launch] stage: error on 127.0.0.4:"), res[0].stderr
+    assert res[3].returncode == 3
+    for h in hosts:
+        assert not (tmp_path / "local" / h / "env").exists()
+    assert [p.name for p in (tmp_path / "local").rglob("*partial*")] == []
+
+
+def test_a_node_that_never_starts_is_named(tmp_path, src):
+    hosts, hostfile, token = _tree(tmp_path, 3)
+    fast = ["--timeout", "3", "--idle", "5"]
+    res = _run_nodes(hostfile, token, src, str(tmp_path / "l" / "{host}"), 3, skip={2}, extra={0: fast, 1: fast})
+    assert res[0].returncode == 3
+    assert "127.0.0.3 did not connect for staging" in res[0].stderr, res[0].stderr
+    assert not (tmp_path / "l" / "127.0.0.1").exists()
+
+
+def test_a_node_without_the_token_is_not_fed(tmp_path, src):
+    """A connection that cannot prove the job's token (another job's node, a stranger) is closed
+    without data; the real node is still waited for."""
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    other = tmp_path / "other-token"
+    other.write_text(os.urandom(16).hex())
+    fast = ["--timeout", "3", "--idle", "5"]
+    port = _free_port()
+    argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
+    argv += ["--port", str(port)] + fast
+    root = subprocess.Popen(
+        argv + ["--dest", str(tmp_path / "a"), "--token-file", str(token), "--index", "0"],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stranger = subprocess.run(
+        argv + ["--dest", str(tmp_path / "b"), "--token-file", str(other), "--index", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    _, err = root.communicate(timeout=30)
+    assert root.returncode == 3 and "127.0.0.2 did not connect for staging" in err
+    assert stranger.returncode == 3 and not (tmp_path / "b").exists()
+
+
+def test_a_killed_node_fails_its_parent_fast(tmp_path):
+    """A leaf killed mid-stream: its parent's send fails at once and names it (no wait for a timeout)."""
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(40):
+        (big / f"f{i}").write_bytes(os.urandom(4 << 20))
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    port = _free_port()
+    argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(big)]
+    argv += ["--port", str(port), "--token-file", str(token), "--timeout", "20", "--idle", "60"]
+    root = subprocess.Popen(argv + ["--dest", str(tmp_path / "a"), "--index", "0"], cwd=ROOT, stderr=subprocess.PIPE)
+    leaf = subprocess.Popen(argv + ["--dest", str(tmp_path / "b"), "--index", "1"], cwd=ROOT)
+    partial = tmp_path.glob("b.partial-*")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(partial):
+        time.sleep(0.05)
+        partial = tmp_path.glob("b.partial-*")
+    leaf.kill()
+    leaf.wait()
+    t0 = time.monotonic()
+    _, err = root.communicate(timeout=60)
+    assert root.returncode == 3, err
+    assert time.monotonic() - t0 < 15
+    assert b"on 127.0.0.1: 127.0.0.2 dropped the staging stream" in err or b"127.0.0.2 failed" in err, err
+    assert not (tmp_path / "a").exists()
+
+
+PROBE = "import sys, stagedprobe; print(sys.prefix); print(stagedprobe.__file__)"
+
+
+def test_a_staged_venv_runs_from_its_copy(tmp_path):
+    """A real virtualenv, staged: its python's prefix, its packages, its activate script and its
+    console scripts' shebangs are the node-local copy, not the shared path."""
+    venv = tmp_path / "shared" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "stagedprobe.py").write_text("")
+    tool = venv / "bin" / "probe-tool"
+    tool.write_text(f"#!{venv}/bin/python\nimport stagedprobe, sys\nprint(stagedprobe.__file__)\n")
+    tool.chmod(0o755)
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(venv), "--venv"]
+            + ["--dest", str(tmp_path / "local" / "{host}" / "venv"), "--port", str(port)]
+            + ["--token-file", str(token), "--index", str(i)],
+            cwd=ROOT,
+        )
+        for i in range(2)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    for h in hosts:
+        copy = tmp_path / "local" / h / "venv"
+        out = subprocess.run(
+            [str(copy / "bin" / "python"), "-c", PROBE],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert out == [str(copy), str(next((copy / "lib").glob("python3*/site-packages")) / "stagedprobe.py")]
+        via_tool = subprocess.run([str(copy / "bin" / "probe-tool")], capture_output=True, text=True, check=True)
+        assert via_tool.stdout.startswith(str(copy) + "/")
+        activated = subprocess.run(
+            ["bash", "-c", f"source {copy}/bin/activate && echo $VIRTUAL_ENV && command -v python"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert activated == [str(copy), str(copy / "bin" / "python")]
+    assert str(venv) in (venv / "bin" / "activate").read_text()  # the shared original is untouched
+
+
+def test_my_index_by_name_address_or_launcher(monkeypatch):
+    assert stage.my_index(["nowhere.invalid", socket.gethostname()]) == 1
+    assert stage.my_index(["198.51.100.1", "127.0.0.1"]) == 1  # an address this node owns
+    monkeypatch.setenv("SLURM_NODEID", "2")
+    assert stage.my_index(["a", "b", "c"], "SLURM_NODEID") == 2
+    with pytest.raises(stage.StageError, match="did not set PMI_RANK"):
+        stage.my_index(["a", "b", "c"], "PMI_RANK")
+    with pytest.raises(stage.StageError, match="is not in the hostfile"):
+        stage.my_index(["198.51.100.1", "198.51.100.2"])
+
+
+def test_bad_input_is_one_line(tmp_path, src):
+    hosts, hostfile, token = _tree(tmp_path, 1)
+    empty = tmp_path / "empty-token"
+    empty.write_text("")
+    base = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--port", str(_free_port())]
+    for args, words in (
+        (
+            ["--src", str(tmp_path / "nope"), "--dest", str(tmp_path / "d"), "--token-file", str(token)],
+            "is not a directory",
+        ),
+        (["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", str(empty)], "holds no token"),
+        (
+            ["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", str(token), "--index", "4"],
+            "not in the hostfile",
+        ),
+    ):
+        r = subprocess.run(base + args, cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+        assert not (tmp_path / "d").exists()
