@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 def scheduler_words(key: str) -> Tuple[str, ...]:
@@ -584,32 +584,3 @@ def summary_lines(d: Diagnosis) -> List[str]:
     if len(d.findings) > 1:
         out.append(f"also seen {_also(d)}")
     return out
-
-
-def examine(target: str, cluster: Optional[str] = None, *, on_note: Callable[[str], Any] = lambda s: None) -> Diagnosis:
-    """`hpc-launch doctor TARGET`: a log file (its exit-code file beside it says how it ended) or
-    a recorded job (refreshed first; the scheduler's word is evidence too)."""
-    import os
-
-    from .protocol import exit_path_for, parse_exit_file
-
-    if os.path.isfile(target):
-        with open(target, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        try:
-            with open(exit_path_for(target), encoding="utf-8", errors="replace") as f:
-                code = parse_exit_file(f.read())
-        except OSError:
-            code = None
-        return diagnose(text, exit_code=code)
-    from .jobs import log_text_or_empty
-    from .jobs import refresh
-    from .records import JobStore
-    from .states import JobState
-
-    store = JobStore()
-    record = refresh(store, [store.get(target, cluster)])[0]
-    if not JobState(record.state).terminal:
-        on_note(f"job {record.job_id} is still {record.state}: this is what its log shows so far")
-    # a job that never started (a refusal, `Can Never Run`) has no log: the scheduler's word is the evidence
-    return diagnose(log_text_or_empty(record), exit_code=record.exit_code, comment=record.comment, state=record.state)

@@ -1,7 +1,7 @@
 """`hpc-launch sweep`: a grid of DeepSpeed configurations (ZeRO stage, offload, precision, nodes,
 micro-batch) as one job array where the scheduler has arrays and every point asks for the same
 resources, else one job per point; every point checked before anything is submitted; tracked
-to the end; then the report (hpc_launch/report.py).
+to the end; then the report (hpc_launch/report/).
 
 Every point is checked by the planner (plan.check_points: the entrypoint's own argument parser,
 batch arithmetic, DeepSpeed's validator, the memory estimators); this module only orchestrates.

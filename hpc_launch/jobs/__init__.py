@@ -9,6 +9,8 @@
   logfile     a job's whole log and its capsule, wherever it ran
   rerun       rerun() a job's training from its capsule on another site (or the same)
   where       where() the same job would start on each of several clusters, before submitting
+  first_start one training submitted to several clusters: the first to start trains, the others are cancelled
+  examine     examine() a job or a log file with doctor (`hpc-launch doctor`)
 
 Data flows one way: prepare.Prepared -> submission -> placing -> records; state and cancel read
 records and ask the scheduler through the record's dialect.
@@ -17,6 +19,7 @@ records and ask the scheduler through the record's dialect.
 from __future__ import annotations
 
 from .cancel import CancelResult, cancel, cancel_group, cancel_ident
+from .examine import examine
 from .connect import TransportFor, transport_for
 from .logfile import capsule_of, log_text_or_empty, read_whole_log
 from .groups import chain_links, find_jobs, group_members, lookup, submit_array
@@ -31,6 +34,7 @@ __all__ = [
     "cancel",
     "cancel_group",
     "cancel_ident",
+    "examine",
     "TransportFor",
     "transport_for",
     "chain_links",
