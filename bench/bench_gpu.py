@@ -9,7 +9,9 @@ run in that same environment: the `local` dialect, one job after another). The m
 written to DIR/lent-gpu.yaml from what torch sees (GPU count and memory) and passed to the sweep with
 `--profile`, so the sweep's own checks (DeepSpeed's config validator, the memory estimate) run too.
 
-Order: DDP, the sweep (one job per ZeRO stage), DDP again; the DDP figure is the median of its runs,
+Order: DDP, the sweep (one job per ZeRO stage), the variants at --variant-zero (torch's fused AdamW,
+DeepSpeed's FusedAdam: its JIT build shows in "DeepSpeed ready in"), the preset in --also-precision,
+DDP again; the DDP figure is the median of its runs,
 so a drift of the machine between the first and the last run shows as a spread. The baseline is
 PyTorch's own recipe for bf16: `torch.autocast(bfloat16)` over fp32 weights, AdamW (foreach), DDP;
 the entrypoint is DeepSpeed's bf16 mode (bf16 weights, fp32 master weights in the optimizer). Both
