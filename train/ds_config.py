@@ -192,6 +192,24 @@ def build_config(
     return cfg
 
 
+def own_clipping(cfg: dict, deepspeed_default: float) -> tuple:
+    """(config for DeepSpeed, max norm the trainer clips to itself; 0.0: DeepSpeed clips, or nobody).
+
+    ZeRO-0 in fp32 is the one case where DeepSpeed clips in the engine: per-parameter norms and
+    an extra all-reduce every step that averages a norm every rank already holds (it is there
+    for MoE experts, which our models lack). After the gradient all-reduce every rank has the same
+    gradients, so torch's clip_grad_norm_ gives the same result with no collective: measured on
+    2 CPU ranks, DeepSpeed's clip was most of the step's time outside forward and backward."""
+    max_norm = float(cfg.get("gradient_clipping", deepspeed_default) or 0.0)
+    stage = cfg.get("zero_optimization", {}).get("stage", 0)
+    mixed = any(
+        isinstance(cfg.get(k), dict) and cfg[k].get("enabled") for k in ("fp16", "bf16", "amp", "torch_autocast")
+    )
+    if max_norm <= 0 or stage != 0 or mixed:
+        return cfg, 0.0
+    return {**cfg, "gradient_clipping": 0.0}, max_norm
+
+
 def _deep_merge(base: dict, override: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in override.items():

@@ -7,7 +7,15 @@ import time
 
 from . import checkpoint, dist, ds_startup
 from .stop import RESUMABLE_EXIT, StopRequest
-from .ds_config import batch_of, build_config, load_user_config, merge_user_config, resolve_batch, validate
+from .ds_config import (
+    batch_of,
+    build_config,
+    load_user_config,
+    merge_user_config,
+    own_clipping,
+    resolve_batch,
+    validate,
+)
 from .errors import TrainError
 
 
@@ -182,7 +190,10 @@ def run(args) -> int:
     torch.manual_seed(args.seed)
     model = build_model(args.model, data.num_classes)
     ds_startup.skip_muon_import(cfg)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    ds_cfg, max_norm = own_clipping(cfg, GRADIENT_CLIPPING_DEFAULT)  # ZeRO-0 fp32: clipped below, no collective
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
     say(f"[hpc-train] DeepSpeed ready in {time.perf_counter() - init_started:.1f} s")
     ready_at = time.time()
     device = engine.device
@@ -253,16 +264,22 @@ def run(args) -> int:
                     sync()
                     work += time.perf_counter() - t
                 engine.backward(loss)
+                if max_norm and engine.is_gradient_accumulation_boundary():  # gradients all-reduced by now
+                    torch.nn.utils.clip_grad_norm_(engine.module.parameters(), max_norm)
                 engine.step()
                 loss_sum += loss.detach()
             step += 1
             meter.step()
             if wd is not None:
                 wd.progress(step, work)
+            stop_asked = False
             if step % args.log_every == 0 or step == args.total_steps:
-                mean_loss = loss_sum.float() / batch.accum
-                dcomm.all_reduce(mean_loss)
-                loss_value = mean_loss.item() / info.world_size
+                # one all-reduce and one host sync for the loss and the stop request (asked every
+                # --log-every steps, so the log's steps line up with it): [loss sum, ranks asked]
+                shared = torch.stack([loss_sum.float() / batch.accum, torch.tensor(float(stop.local()), device=device)])
+                dcomm.all_reduce(shared)
+                loss_total, asked = shared.tolist()
+                loss_value, stop_asked = loss_total / info.world_size, asked > 0
                 say(step_line(step, epoch, loss_value, engine.get_lr()[0], meter, info.world_size))
                 if is_main and engine.monitor.enabled:  # DeepSpeed's monitor logs lr itself, not the loss
                     engine.monitor.write_events(
@@ -280,8 +297,7 @@ def run(args) -> int:
                 with watchdog.busy(wd):
                     checkpoint.save(engine, args.checkpoint_dir, step, meta)
                 last_saved = step
-            # asked every --log-every steps: one tiny all-reduce, and the log's steps line up with it
-            if step < args.total_steps and step % args.log_every == 0 and stop.agreed(dcomm, device):
+            if stop_asked and step < args.total_steps:
                 # the walltime is near: a complete checkpoint now, and an exit code that says "resume me"
                 if wd is not None:
                     wd.stop()
