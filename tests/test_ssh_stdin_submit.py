@@ -176,16 +176,22 @@ def test_the_secrets_file_is_0600_on_the_far_side_all_through_its_transfer(serve
     seen_modes, dir_modes, stop = set(), set(), threading.Event()
     seen_final_partial = []
 
+    def look() -> None:
+        for p in d.rglob("*") if d.exists() else []:
+            try:
+                st = p.lstat()
+            except FileNotFoundError:
+                continue
+            (dir_modes if stat.S_ISDIR(st.st_mode) else seen_modes).add(stat.S_IMODE(st.st_mode))
+            if p.parent == d and p.name == "job.secrets" and st.st_size != len(secret):
+                seen_final_partial.append(st.st_size)
+
     def watch():
         while not stop.is_set():
-            for p in d.rglob("*") if d.exists() else []:
-                try:
-                    st = p.lstat()
-                except FileNotFoundError:
-                    continue
-                (dir_modes if stat.S_ISDIR(st.st_mode) else seen_modes).add(stat.S_IMODE(st.st_mode))
-                if p.parent == d and p.name == "job.secrets" and st.st_size != len(secret):
-                    seen_final_partial.append(st.st_size)
+            try:
+                look()
+            except FileNotFoundError:  # the receiver removed its directory while rglob walked it: look again
+                pass
             time.sleep(0.002)
 
     watcher = threading.Thread(target=watch)

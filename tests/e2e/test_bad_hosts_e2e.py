@@ -110,11 +110,17 @@ def test_pbs_spares_train_on_the_pods_that_answer_when_one_pods_sshd_is_gone(hpc
 
 @pytest.mark.beside
 def test_grid_engine_keeps_a_job_off_an_excluded_host(hpc_launch_bin, testbed, shared_workdir):
-    """The testbed's Grid Engine has one exec host, this machine: excluded, the job can go nowhere
-    and waits; the scheduler shows the hard host request it was given."""
+    """The testbed's Grid Engine has one exec host, this machine: excluded, the job can go nowhere.
+    `submit`'s check (`qsub -w v`) says so in seconds with the scheduler's reason; submitted without
+    the check, it waits, and the scheduler shows the hard host request it was given."""
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     here = socket.gethostname()
-    job = cli.submit("--cluster", "tb-sge", "--exclude", here, "--name", "kept-off")
+    r = cli("submit", "--cluster", "tb-sge", "--exclude", here, "--name", "kept-off")
+    [line] = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and r.stdout == "", r.stderr
+    assert line.startswith("hpc-launch: error: qsub -w v refused the job, so nothing was submitted:"), line
+    assert re.search(rf"hostname=!\({re.escape(here)}\)", line), line
+    job = cli.submit("--cluster", "tb-sge", "--exclude", here, "--name", "kept-off", "--no-check")
     try:
         time.sleep(8)  # several scheduling intervals
         assert cli.wait_state(job, {"queued", "running", "done", "failed"}, timeout=30) == "queued"
