@@ -100,7 +100,7 @@ class LogFilter:
 
 _JOB_START = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at (\S+?),", re.M)
 _FINISHED = re.compile(r"^training finished: steps=(\d+) wall_s=([\d.]+)(?: ended_at=(\d+))?", re.M)
-_EVAL = re.compile(r"^\[hpc-eval\] top1=([\d.]+)", re.M)
+_EVAL = re.compile(r"^\[hpc-eval\] top1=([\d.]+)(?:[^\n]*? time_s=([\d.]+))?", re.M)
 
 
 @dataclass
@@ -114,6 +114,8 @@ class Summary:
     queued_s: Optional[float] = None
     startup_s: Optional[float] = None
     training_s: Optional[float] = None
+    eval_s: Optional[float] = None
+    end_s: Optional[float] = None  # ranks and launcher exiting, the script's end, and noticing it
     total_s: Optional[float] = None
     cause: List[str] = field(default_factory=list)  # doctor's lines for a failed job
 
@@ -138,6 +140,7 @@ def summarise(
     s.peak_mem_gb = peak
     m = _EVAL.search(log_text)
     s.eval_top1 = float(m.group(1)) if m else None
+    s.eval_s = float(m.group(2)) if m and m.group(2) else None
     started = _job_start(log_text)
     finished = list(_FINISHED.finditer(log_text))
     if finished:
@@ -148,6 +151,9 @@ def summarise(
         s.queued_s = max(0.0, started - submit_time)
     if submit_time is not None and end_time is not None:
         s.total_s = max(0.0, end_time - submit_time)
+    parts = (s.queued_s, s.startup_s, s.training_s)
+    if s.total_s is not None and all(p is not None for p in parts):  # every second accounted: the rest is the end
+        s.end_s = max(0.0, s.total_s - sum(p for p in parts if p is not None) - (s.eval_s or 0.0))
     return s
 
 
@@ -180,6 +186,8 @@ def format_summary(s: Summary, job_id: str) -> str:
             f"queued {_secs(s.queued_s)}" if s.queued_s is not None else None,
             f"start-up {_secs(s.startup_s)} (launcher, framework init, op builds)" if s.startup_s is not None else None,
             f"training {_secs(s.training_s)}" if s.training_s is not None else None,
+            f"eval {_secs(s.eval_s)}" if s.eval_s is not None else None,
+            f"the end {_secs(s.end_s)} (ranks exiting, the script's end, noticing it)" if s.end_s is not None else None,
         ]
         lines.append("  time      " + ", ".join(t for t in times if t))
     m = s.metrics

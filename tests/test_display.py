@@ -102,6 +102,20 @@ def test_summary_figures_are_the_logs_own():
     assert f"eval top-1 {top1:.3f}" in block and "log       /w/train.o1" in block
 
 
+def test_summary_accounts_for_every_second_eval_and_the_end_included():
+    log = (
+        "[hpc-launch] job 7 on n1 at 2026-11-23T00:00:10+0000, 1 node(s) x 2 rank(s), script t.sh\n"
+        "training finished: steps=5 wall_s=30.0 ended_at=1795392070\n"
+        "[hpc-eval] top1=0.9750 top5=1.0000 samples=360 split=val step=5 time_s=2.5\n"
+    )
+    s = summarise(log, state="done", exit_code=0, log_path="l", submit_time=1795392000.0, end_time=1795392076.0)
+    assert (s.queued_s, s.startup_s, s.training_s, s.eval_s, s.end_s, s.total_s) == (10.0, 30.0, 30.0, 2.5, 3.5, 76.0)
+    assert s.queued_s + s.startup_s + s.training_s + s.eval_s + s.end_s == s.total_s
+    block = format_summary(s, "7")
+    assert "training 30.0 s, eval 2.5 s, the end 3.5 s (ranks exiting, the script's end, noticing it)" in block
+    assert s.eval_top1 == 0.975
+
+
 def test_summary_splits_the_time_into_queue_start_up_and_training():
     log = (
         "[hpc-launch] job 7 on n1 at 2026-11-23T00:00:10+0000, 1 node(s) x 2 rank(s), script t.sh\n"

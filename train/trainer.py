@@ -325,6 +325,7 @@ def run(args) -> int:
     if data.val is not None and not args.no_eval:
         from .evaluate import accuracy, eval_line
 
+        evaluated = time.perf_counter()
         engine.eval()
         result = accuracy(
             lambda x: engine(x.to(device, dtype)),
@@ -336,7 +337,8 @@ def run(args) -> int:
             all_reduce=dcomm.all_reduce,
         )
         engine.train()
-        say(eval_line(result, split="val", step=step))
+        # time_s: the summary accounts for it between training and the job's end (hpc_launch/display.py)
+        say(eval_line(result, split="val", step=step, time_s=f"{time.perf_counter() - evaluated:.1f}"))
     dcomm.barrier()
     dcomm.destroy_process_group()
     return 0
