@@ -32,6 +32,18 @@ import tempfile
 import time
 from typing import IO, Dict, List, Optional, Tuple
 
+from .stage_nodes import (  # noqa: F401  (re-exported: the tests and the job script's callers name them here)
+    StageError,
+    children,
+    depth,
+    my_index,
+    parent,
+    read_addrs,
+    read_hosts,
+    relocate,
+    resolve,
+)
+
 MAGIC = b"HPCSTG1\n"
 CHUNK = 1 << 20  # bytes per frame: large enough that per-frame costs vanish, small enough to pipeline
 _LEN = struct.Struct("!I")
@@ -41,74 +53,6 @@ _TRAILER = struct.Struct("!Q32s32s")  # total size, sha256 of the stream, HMAC(t
 _ACK_OK = b"K"
 _ACK_FAIL = b"F"
 _COMMIT = b"C"
-RELOCATE_MAX = 1 << 20  # bin/ files larger than this are binaries, never rewritten
-
-
-class StageError(Exception):
-    """A failure of this node or of one below it: the message names the node."""
-
-
-def children(i: int, n: int) -> List[int]:
-    return [c for c in (2 * i + 1, 2 * i + 2) if c < n]
-
-
-def parent(i: int) -> Optional[int]:
-    return (i - 1) // 2 if i > 0 else None
-
-
-def depth(n: int) -> int:
-    """Hops from node 0 to the deepest node of an n-node tree."""
-    return max(0, (n).bit_length() - 1)
-
-
-def read_hosts(path: str) -> List[str]:
-    """The hosts of a DeepSpeed hostfile (`host slots=N`), in order, each once."""
-    hosts: List[str] = []
-    with open(path) as fh:
-        for line in fh:
-            word = line.split("#", 1)[0].split()
-            if word and word[0] not in hosts:
-                hosts.append(word[0])
-    if not hosts:
-        raise StageError(f"hostfile {path} names no host")
-    return hosts
-
-
-def _is_local(addr: str) -> bool:
-    """The kernel routes to its own addresses from themselves (a bind test is fooled by ip_nonlocal_bind)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((addr, 9))
-            return bool(s.getsockname()[0] == addr)
-    except OSError:
-        return False
-
-
-def my_index(hosts: List[str], var: Optional[str] = None) -> int:
-    """This node's place in the hostfile: the launcher's node id where it gives one (`var`: srun's
-    SLURM_NODEID, mpirun's OMPI_COMM_WORLD_RANK with one task per node; hostfile order is node-list
-    order), else the entry that is this host by name or by an address this node owns (pdsh)."""
-    if var:
-        value = os.environ.get(var, "")
-        if not value.isdigit():
-            raise StageError(f"the launcher did not set {var} (this node's place)")
-        return int(value)
-    me = socket.gethostname()
-    for i, h in enumerate(hosts):
-        if h in (me, me.split(".")[0]):
-            return i
-    for i, h in enumerate(hosts):
-        try:
-            if _is_local(socket.gethostbyname(h)):
-                return i
-        except OSError:
-            continue
-    raise StageError(f"{me} is not in the hostfile ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})")
-
-
-def resolve(dest: str, host: str) -> str:
-    """DEST as this node names it: $VAR from its environment, {host} its hostfile entry."""
-    return os.path.abspath(os.path.expandvars(dest).replace("{host}", host))
 
 
 def _mac(token: bytes, *parts: bytes) -> bytes:
@@ -126,13 +70,6 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 # --- the tree's connections ---------------------------------------------------------------------
-
-
-def read_addrs(path: str) -> Dict[str, str]:
-    """`name address` lines: where node names do not resolve (the testbed's pods; the job script
-    writes them from the scheduler's NodeAddr, one query for all nodes)."""
-    with open(path) as fh:
-        return {w[0]: w[1] for w in (line.split() for line in fh) if len(w) >= 2}
 
 
 def listen(host: str, port: int, addr: Optional[str] = None) -> socket.socket:
@@ -329,28 +266,6 @@ def receive(source: Source, fanout: Fanout, into: str) -> Tuple[int, bytes]:
         if tar.wait() != 0:
             raise StageError(f"unpacking into {into} failed: {_said(err, 'tar -x')}")
     return size, sha.digest()
-
-
-def relocate(root: str, old: str, new: str) -> int:
-    """A venv names its own absolute path in bin/ (activate's VIRTUAL_ENV, the shebang of every
-    console script): point them at the copy. Returns the number of files rewritten."""
-    bindir = os.path.join(root, "bin")
-    old_b, new_b = old.encode(), new.encode()
-    n = 0
-    for name in sorted(os.listdir(bindir)) if os.path.isdir(bindir) else []:
-        path = os.path.join(bindir, name)
-        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > RELOCATE_MAX:
-            continue
-        with open(path, "rb") as fh:
-            data = fh.read()
-        if b"\0" in data or old_b not in data:
-            continue
-        mode = os.stat(path).st_mode
-        with open(path, "wb") as fh:
-            fh.write(data.replace(old_b, new_b))
-        os.chmod(path, mode)
-        n += 1
-    return n
 
 
 def _install(tmp: str, dest: str) -> None:
