@@ -57,3 +57,19 @@ def transport(request):
     from hpc_launch.transport import LocalTransport
 
     return LocalTransport() if request.param == "local" else request.getfixturevalue("shared_ssh")
+
+
+@pytest.fixture
+def notify_sandbox(tmp_path):
+    """For the --notify tests (test_notify*.py): a work dir with a script that ends well and one that
+    fails (exit 3), an environment with no scheduler and its own state and config dirs; the job store."""
+    from envutil import scheduler_env_cleared
+
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"))
+    env.pop("HPC_LAUNCH_NOTIFY", None)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ok.py").write_text("print('ran', flush=True)\n")
+    (work / "fail.py").write_text("import sys\nprint('ran', flush=True)\nsys.exit(3)\n")
+    return work, env, tmp_path / "state" / "jobs.sqlite"

@@ -15,7 +15,6 @@ from typing import List
 
 import pytest
 
-from envutil import scheduler_env_cleared
 from hpc_launch import notify, profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.render import render
@@ -55,18 +54,6 @@ class Hook:
 
     def texts(self) -> List[str]:
         return [json.loads(b)["text"] for b in self.bodies]
-
-
-@pytest.fixture
-def sandbox(tmp_path):
-    env = scheduler_env_cleared()
-    env.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"))
-    env.pop("HPC_LAUNCH_NOTIFY", None)
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "ok.py").write_text("print('ran', flush=True)\n")
-    (work / "fail.py").write_text("import sys\nprint('ran', flush=True)\nsys.exit(3)\n")
-    return work, env, tmp_path / "state" / "jobs.sqlite"
 
 
 def _submit(bin_, work, env, script, *extra):
@@ -109,8 +96,8 @@ def _everything_written(work: Path, db: Path) -> bytes:
     return b"".join(p.read_bytes() for p in files)
 
 
-def test_a_job_posts_its_start_and_end_and_the_url_is_written_nowhere(hpc_launch_bin, sandbox):
-    work, env, db = sandbox
+def test_a_job_posts_its_start_and_end_and_the_url_is_written_nowhere(hpc_launch_bin, notify_sandbox):
+    work, env, db = notify_sandbox
     hook = Hook("/hook/T0k3n-s3cr3t-path")
     env["MY_WEBHOOK"] = hook.url
     ok = _submit(hpc_launch_bin, work, env, "ok.py", "--notify", "MY_WEBHOOK")
@@ -135,8 +122,8 @@ def test_a_job_posts_its_start_and_end_and_the_url_is_written_nowhere(hpc_launch
     assert not list((work / ".hpc-launch").glob("*.secrets")), "each job reads and deletes its secrets file"
 
 
-def test_a_dead_webhook_changes_nothing_but_one_line_in_the_log(hpc_launch_bin, sandbox):
-    work, env, _ = sandbox
+def test_a_dead_webhook_changes_nothing_but_one_line_in_the_log(hpc_launch_bin, notify_sandbox):
+    work, env, _ = notify_sandbox
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

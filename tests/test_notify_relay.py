@@ -23,7 +23,6 @@ from hpc_launch import notify, notify_email, notify_outbox, notify_relay, profil
 from hpc_launch.records import JobRecord
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
-from envutil import scheduler_env_cleared
 from test_notify import STAMP, Hook, _everything_written, _submit, _wait_end
 
 
@@ -88,18 +87,6 @@ class Smtp:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-@pytest.fixture
-def sandbox(tmp_path):
-    env = scheduler_env_cleared()
-    env.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"))
-    env.pop("HPC_LAUNCH_NOTIFY", None)
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "ok.py").write_text("print('ran', flush=True)\n")
-    (work / "fail.py").write_text("import sys\nprint('ran', flush=True)\nsys.exit(3)\n")
-    return work, env, tmp_path / "state" / "jobs.sqlite"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -123,8 +110,8 @@ def _relay_profile(tmp_path: Path, route: str) -> str:
 # ---- a failure carries doctor's cause and fix ------------------------------------------------
 
 
-def test_a_failure_says_doctors_cause_and_fix(hpc_launch_bin, sandbox):
-    work, env, _ = sandbox
+def test_a_failure_says_doctors_cause_and_fix(hpc_launch_bin, notify_sandbox):
+    work, env, _ = notify_sandbox
     (work / "nodeps.py").write_text(
         "import sys\nprint(\"ModuleNotFoundError: No module named 'deepspeed'\", flush=True)\nsys.exit(1)\n"
     )
@@ -160,8 +147,8 @@ def test_the_cause_is_bounded_in_time_and_never_fails(tmp_path, monkeypatch):
 # ---- e-mail ---------------------------------------------------------------------------------
 
 
-def test_a_job_mails_its_start_and_end_through_a_real_smtp_server(hpc_launch_bin, sandbox):
-    work, env, db = sandbox
+def test_a_job_mails_its_start_and_end_through_a_real_smtp_server(hpc_launch_bin, notify_sandbox):
+    work, env, db = notify_sandbox
     smtp = Smtp()
     env["MY_MAIL"] = (
         f"smtp://ops%40lab:Pa55-s3cret@127.0.0.1:{smtp.port}/?to=alice@example.org,bob@example.org&from=hpc@example.org"
@@ -227,8 +214,8 @@ def test_a_password_is_not_sent_in_clear_to_a_remote_server(monkeypatch):
 # ---- the outbox and the relay ---------------------------------------------------------------
 
 
-def test_a_closed_port_then_a_live_server_pending_then_sent_exactly_once(hpc_launch_bin, sandbox, tmp_path):
-    work, env, db = sandbox
+def test_a_closed_port_then_a_live_server_pending_then_sent_exactly_once(hpc_launch_bin, notify_sandbox, tmp_path):
+    work, env, db = notify_sandbox
     port = _free_port()
     env["HPC_LAUNCH_NOTIFY_PAUSES"] = "0.2,0.3"  # the 3 tries, without 7 s of pauses per message
     env["MY_WEBHOOK"] = f"http://127.0.0.1:{port}/hook/T0k3n-s3cr3t-path"
@@ -277,8 +264,8 @@ def test_a_closed_port_then_a_live_server_pending_then_sent_exactly_once(hpc_lau
     assert not list(work.glob("*.lock")), "the lock is given back"
 
 
-def test_the_relay_route_leaves_everything_to_the_relay(hpc_launch_bin, sandbox, tmp_path):
-    work, env, _ = sandbox
+def test_the_relay_route_leaves_everything_to_the_relay(hpc_launch_bin, notify_sandbox, tmp_path):
+    work, env, _ = notify_sandbox
     hook = Hook("/hook/T0k3n-s3cr3t-path")
     env["MY_WEBHOOK"] = hook.url
     job = _submit(
