@@ -47,7 +47,9 @@ def clean_env(tmp: Path) -> dict:
     # PYTHONDONTWRITEBYTECODE (set in some shells and CI images) would make every run compile
     # hpc_launch's sources again while jinja2 and yaml keep the .pyc files pip wrote at install:
     # an installed hpc-launch has its .pyc files too, so both sides run from bytecode.
-    env["HPC_LAUNCH_CONFIG_DIR"] = str(tmp / "config")  # no user profiles or templates
+    # No user profiles or templates, found the way a user's are (no HPC_LAUNCH_CONFIG_DIR, which
+    # would skip looking up the user's config dir).
+    env["XDG_CONFIG_HOME"] = str(tmp / "config")
     env["HPC_LAUNCH_STATE_DIR"] = str(tmp / "state")
     return env
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+import msgspec
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-import msgspec
 
 from . import __version__
 from .errors import SpecError
@@ -38,8 +37,7 @@ MAX_BYTES = 16 << 20
 MAX_DIFF_BYTES = 4 << 20
 
 
-@dataclass(frozen=True)
-class CodeFile:
+class CodeFile(msgspec.Struct, frozen=True):
     local: str  # absolute path on this machine
     rel: str  # path under the capsule's code/
 
@@ -194,8 +192,7 @@ def probe_source() -> str:
 # ---- reading a capsule back: `hpc-launch show` ----------------------------------------------
 
 
-@dataclass
-class Capsule:
+class Capsule(msgspec.Struct):
     path: str
     manifest: Dict[str, Any]
     runs: List[Dict[str, Any]]

@@ -7,12 +7,11 @@ variable names), and how the job's environment reaches remote ranks. Code asks t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from typing import Dict, List, Tuple
 
 
-@dataclass(frozen=True)
-class Launcher:
+class Launcher(msgspec.Struct, frozen=True):
     name: str
     summary: str
     ranks: Tuple[str, ...]  # the rank variables the ranks may find: names in train/dist.py CONVENTIONS

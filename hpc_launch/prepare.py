@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, replace
+import msgspec
+from msgspec.structs import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
     from .records import BadHost
 
 
-@dataclass
-class Prepared:
+class Prepared(msgspec.Struct):
     script: JobScript
     host: str  # where the submit command runs: "localhost" or an ssh alias
     # (local file, path relative to the work dir): the snapshot of the user's --script and the

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec import field
+from msgspec.structs import replace
 from typing import Dict, Iterable, List, Optional
 
 from . import __version__, dialects, launchers, protocol
@@ -75,8 +77,7 @@ def fill(template: str, values: Dict[str, object]) -> str:
     return re.sub(r"{(\w+)}", lambda m: str(values[m.group(1)]), template)
 
 
-@dataclass
-class JobScript:
+class JobScript(msgspec.Struct):
     text: str
     submit_argv: List[str]
     script_name: str  # file name inside WORKDIR/.hpc-launch/
@@ -123,9 +124,9 @@ _ENV = None
 def _bytecode_cache(jinja2):
     """Compiled templates cached on disk: compiling them is most of a cold dry-run's work."""
     try:
-        from platformdirs import user_cache_dir
+        from .paths import user_dir
 
-        directory = os.path.join(user_cache_dir("hpc-launch"), f"jinja-{__version__}")
+        directory = os.path.join(user_dir("cache"), f"jinja-{__version__}")
         os.makedirs(directory, exist_ok=True)
         return jinja2.FileSystemBytecodeCache(directory)
     except OSError:  # read-only home: compile every time

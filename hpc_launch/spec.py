@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field, fields, replace
+import msgspec
+from msgspec import field
+from msgspec.structs import replace
 from typing import Any, Dict, List, Optional
 
 from . import dialects, launchers, site_rules
@@ -30,8 +32,7 @@ _DS_ENV_UNSAFE = re.compile(r'["$`\\]')  # DeepSpeed's pdsh runner only wraps va
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
 
-@dataclass
-class JobSpec:
+class JobSpec(msgspec.Struct):
     cluster: Optional[str] = None
     nodes: Optional[int] = None  # default 1; on pods, every host given
     gpus_per_node: Optional[int] = None
@@ -65,7 +66,7 @@ class JobSpec:
 
     @classmethod
     def keys(cls) -> List[str]:
-        return [f.name for f in fields(cls)]
+        return list(cls.__struct_fields__)
 
 
 # The option that sets each JobSpec value given as text: an empty one is refused, never read as "the default".
@@ -115,8 +116,7 @@ def spec_from(config: Dict[str, Any], overrides: Dict[str, Any]) -> JobSpec:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ResolvedJob:
+class ResolvedJob(msgspec.Struct):
     """A JobSpec checked against a profile: every number final, every value validated."""
 
     spec: JobSpec

@@ -4,10 +4,10 @@ with staging off nothing changes (tests/test_render_golden.py holds the scripts 
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
 
+import msgspec
 import pytest
 
 from hpc_launch import launchers, profiles
@@ -33,7 +33,9 @@ def _staged(spec: JobSpec, tmp_path, stage_yaml: str) -> str:
     override = tmp_path / "stage.yaml"
     override.write_text(f"extends: {spec.cluster}\nname: staged\nlaunch: {{launcher: {launcher}}}\n{stage_yaml}\n")
     p = profiles.load("staged", profile_file=str(override))
-    spec = dataclasses.replace(spec, cluster="staged", workdir="/work/project", venv=spec.venv or "/shared/venvs/ds")
+    spec = msgspec.structs.replace(
+        spec, cluster="staged", workdir="/work/project", venv=spec.venv or "/shared/venvs/ds"
+    )
     return render(resolve(spec, p, cwd="/work/project"), stamp="20260101-000000-000").text
 
 

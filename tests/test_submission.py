@@ -104,13 +104,13 @@ def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, serv
 def test_preparing_a_job_never_changes_the_spec_it_was_given(tmp_path):
     """Data flows one way: the pipeline works on copies (before, prepare() filled in the work dir
     and resolve() the node count on the caller's spec)."""
-    from dataclasses import asdict
+    from msgspec import to_builtins
 
     from hpc_launch.spec import JobSpec
     from hpc_launch.prepare import prepare
 
     spec = JobSpec(cluster="local", script="x.py", train_args=[])
-    before = asdict(spec)
+    before = to_builtins(spec)  # a deep copy
     prepared = prepare(spec, cwd=str(tmp_path))
-    assert asdict(spec) == before
+    assert to_builtins(spec) == before
     assert prepared.job.nodes == 1 and prepared.job.workdir == str(tmp_path)

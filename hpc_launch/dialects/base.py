@@ -10,7 +10,7 @@ SchedulerError only for an answer it cannot read. The contract, hook by hook, is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import msgspec
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
@@ -19,8 +19,7 @@ from ..states import JobState
 Run = Callable[[List[str]], Any]  # argv -> result with .rc, .out, .err
 
 
-@dataclass(frozen=True)
-class StatusInfo:
+class StatusInfo(msgspec.Struct, frozen=True):
     state: JobState
     exit_code: Optional[int] = None
     raw: str = ""  # the scheduler's own word, for `status` output
@@ -38,16 +37,14 @@ class StatusInfo:
         return not (self.ended or self.state.terminal)
 
 
-@dataclass(frozen=True)
-class StartEstimate:
+class StartEstimate(msgspec.Struct, frozen=True):
     """What the scheduler says of a queued job's start (`Dialect.start_estimates`)."""
 
     at: Optional[float] = None  # epoch seconds; None: the scheduler has no estimate yet
     reason: str = ""  # why it waits, in plain words after the scheduler's own code
 
 
-@dataclass(frozen=True)
-class WouldStart:
+class WouldStart(msgspec.Struct, frozen=True):
     """What the scheduler says, without submitting, of when a job would start
     (`Dialect.parse_test_submit`)."""
 
@@ -57,8 +54,7 @@ class WouldStart:
     error: str = ""  # the scheduler's refusal, one line: as asked, the job could not be queued
 
 
-@dataclass(frozen=True)
-class CancelOutcome:
+class CancelOutcome(msgspec.Struct, frozen=True):
     sent: bool  # the scheduler took the request (the job ends asynchronously)
     already_ended: bool = False  # the job had finished or left before the request
     message: str = ""  # the scheduler's words, one line

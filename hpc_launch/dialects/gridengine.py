@@ -10,7 +10,7 @@ qacct(1) are sge_status(5)'s table (source/common/execution_states.c).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from msgspec.structs import replace
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..errors import SchedulerError

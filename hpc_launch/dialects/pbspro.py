@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -162,6 +161,8 @@ def _signal_kill(code: int, attrs: Dict[str, str]) -> str:
     (`resources_used.diag_messages = '{"node":"Cgroup mem limit exceeded"}'`, pbs_cgroups.PY
     set_diag_messages) when it gave one."""
     try:
+        import signal  # only here: a dry-run imports this module and never needs it
+
         name = signal.Signals(code - KILLED_BY_SIGNAL).name
     except ValueError:
         name = f"signal {code - KILLED_BY_SIGNAL}"

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import secrets as token
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec.structs import replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
