@@ -124,6 +124,7 @@ def ddp_cmd(args) -> list:
         __file__,
         "--ddp-worker",
         *workload(args),
+        *(["--same-choices"] if args.ddp_same else []),
     ]
 
 
@@ -135,6 +136,7 @@ def ddp_worker(argv) -> None:
         p.add_argument(flag)
     for flag in ("--image-size", "--synthetic-samples", "--micro-batch", "--steps", "--log-every", "--seed"):
         p.add_argument(flag, type=int)
+    p.add_argument("--same-choices", dest="same", action="store_true")
     a = p.parse_args(argv)
     import resource
 
@@ -153,7 +155,11 @@ def ddp_worker(argv) -> None:
     data = build_data("synthetic", a.image_size, synthetic_samples=a.synthetic_samples, seed=a.seed)
     torch.manual_seed(a.seed)
     model = torch.nn.parallel.DistributedDataParallel(build_model(a.model, data.num_classes))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    # What a hand-written loop gets: torch's default AdamW, batches as loaded. With --ddp-same-choices
+    # the entrypoint's own choices on a CPU: torch's fused AdamW (train/ds_config.py) and channels_last
+    # image batches (train/models.py memory_format).
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=a.same or None)
+    layout = torch.channels_last if a.same else torch.preserve_format
     per_epoch = micro_batches_per_epoch(len(data.train), a.micro_batch, world)
     meter = StepMeter(a.micro_batch * world)
     step = 0
@@ -161,7 +167,7 @@ def ddp_worker(argv) -> None:
         for images, labels in train_loader(data.train, a.micro_batch, rank, world, a.seed, step // per_epoch, 0, 0):
             if step >= a.steps:
                 break
-            loss = F.cross_entropy(model(images), labels)
+            loss = F.cross_entropy(model(images.to(memory_format=layout)), labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), GRADIENT_CLIPPING_DEFAULT)
@@ -189,7 +195,8 @@ def ddp_worker(argv) -> None:
 def part_ddp(args) -> None:
     print(
         f"== entrypoint (ZeRO-0) vs plain DDP: {args.model}, synthetic {args.image_size}px, micro-batch "
-        f"{args.micro_batch} x 2 ranks, {args.steps} steps, {args.repeats} alternating rounds",
+        f"{args.micro_batch} x 2 ranks, {args.steps} steps, {args.repeats} alternating rounds; DDP with "
+        + ("the entrypoint's choices (fused AdamW, channels_last batches)" if args.ddp_same else "torch's defaults"),
         flush=True,
     )
     ours, ddp = [], []
@@ -235,7 +242,7 @@ def part_sweep(args) -> None:
         print(f"| {zero} | {offload} | {sps:.1f} | {peak:.3f} |")
 
 
-def phases_worker(blocks: int) -> None:
+def phases_worker(blocks: int, ddp_same: bool) -> None:
     """One rank of --part phases (under torchrun)."""
     import torch
     import torch.distributed as tdist
@@ -247,7 +254,7 @@ def phases_worker(blocks: int) -> None:
 
     from train import dist as train_dist
     from train.data import build_data, train_loader
-    from train.ds_config import build_config, own_clipping, resolve_batch
+    from train.ds_config import build_config, fused_adamw_available, own_clipping, resolve_batch
     from train.models import build_model
 
     info = train_dist.discover()
@@ -255,20 +262,26 @@ def phases_worker(blocks: int) -> None:
     train_dist.export_env(info)
     train_dist.init_distributed(info)
     data = build_data("synthetic", 32, synthetic_samples=8192, seed=0)
-    cfg = build_config(batch=resolve_batch(info.world_size, 64), zero=0, total_steps=10**4, on_cpu=True)
+    cfg = build_config(
+        batch=resolve_batch(info.world_size, 64),
+        zero=0,
+        total_steps=10**4,
+        on_cpu=True,
+        fused_adamw=fused_adamw_available("cpu"),  # as train/trainer.py asks
+    )
     ds_cfg, max_norm = own_clipping(cfg, GRADIENT_CLIPPING_DEFAULT)
     torch.manual_seed(0)
     model = build_model("smallcnn", data.num_classes)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
     torch.manual_seed(0)
     ddp = torch.nn.parallel.DistributedDataParallel(build_model("smallcnn", data.num_classes))
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.01)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.01, fused=ddp_same or None)
     loader = iter(train_loader(data.train, 64, info.rank, info.world_size, 0, 0, 0, 0))
     batches = [next(loader) for _ in range(8)]
 
     def entrypoint_step(x, y):
         t0 = time.perf_counter()
-        loss = F.cross_entropy(engine(x).float(), y)
+        loss = F.cross_entropy(engine(x.to(memory_format=torch.channels_last)).float(), y)  # as the trainer, on CPUs
         t1 = time.perf_counter()
         engine.backward(loss)
         t2 = time.perf_counter()
@@ -279,7 +292,7 @@ def phases_worker(blocks: int) -> None:
 
     def ddp_step(x, y):
         t0 = time.perf_counter()
-        loss = F.cross_entropy(ddp(x), y)
+        loss = F.cross_entropy(ddp(x.to(memory_format=torch.channels_last if ddp_same else torch.preserve_format)), y)
         t1 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -319,7 +332,8 @@ def part_phases(args) -> None:
     print(f"== per phase, entrypoint's engine vs DDP in the same 2 ranks, {args.blocks} blocks of 10 steps", flush=True)
     load = os.getloadavg()[0]
     cmd = [BIN / "torchrun", "--nproc_per_node", "2", "--master_port", str(free_port()), __file__]
-    proc = subprocess.run([*cmd, "--phases-worker", str(args.blocks)], cwd=REPO, env=env(), text=True)
+    fused = ["--ddp-same-choices"] if args.ddp_same else []
+    proc = subprocess.run([*cmd, "--phases-worker", str(args.blocks), *fused], cwd=REPO, env=env(), text=True)
     print(f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs", flush=True)
     if proc.returncode:
         sys.exit(proc.returncode)
@@ -327,7 +341,7 @@ def part_phases(args) -> None:
 
 def main() -> None:
     if "--phases-worker" in sys.argv:
-        return phases_worker(int(sys.argv[sys.argv.index("--phases-worker") + 1]))
+        return phases_worker(int(sys.argv[sys.argv.index("--phases-worker") + 1]), "--ddp-same-choices" in sys.argv)
     if "--ddp-worker" in sys.argv:
         argv = sys.argv[1:]
         argv.remove("--ddp-worker")
@@ -343,6 +357,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--repeats", type=int, default=7, help="alternating rounds (the target is read on >= 7)")
+    p.add_argument(
+        "--ddp-same-choices",
+        dest="ddp_same",
+        action="store_true",
+        help="the DDP baseline with the entrypoint's CPU choices (fused AdamW, channels_last batches); default: "
+        "torch's defaults, as a hand-written loop has them",
+    )
     p.add_argument("--offload", action="store_true", help="add ZeRO-2/3 with CPU optimizer offload (builds cpu_adam)")
     args = p.parse_args()
     if args.part == "phases":

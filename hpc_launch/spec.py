@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from . import dialects, launchers, site_rules
 from .errors import SpecError
-from .profiles import Profile, Queue
+from .profiles import Profile, Queue, Stage
 from .directive_limits import directive_options
 from .protocol import LOCAL_HOST, PLACEHOLDERS
 from .walltime import hms, minutes, parse_walltime
@@ -63,6 +63,9 @@ class JobSpec(msgspec.Struct):
         default_factory=list
     )  # hosts the job must not run on (the user's, and those remembered as bad)
     spares: int = 0  # nodes held beyond --nodes: the job trains on the first --nodes that pass its start-up check
+    # node-local staging over the profile's `stage:` (docs/staging.md): True --stage-env, False --no-stage
+    stage_env: Optional[bool] = None
+    stage_data: Optional[str] = None  # --stage-data: a shared directory staged too
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -193,6 +196,31 @@ class ResolvedJob(msgspec.Struct):
         return max(1, cpus // self.profile.node.threads_per_core) if cpus else None
 
 
+def _staging(spec: JobSpec, p: Profile, launcher: "launchers.Launcher") -> Profile:
+    """The profile with --stage-env / --stage-data / --no-stage over its `stage:`."""
+    if spec.stage_env is None and spec.stage_data is None:
+        return p
+    if spec.stage_env is False:
+        return replace(p, stage=Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s))
+    option = "--stage-env" if spec.stage_env else "--stage-data"
+    if not launcher.per_node:
+        raise SpecError(
+            f"{option}: the {launcher.name} launcher of {p.name} has no way to run one task per node",
+            hint="submit without it, or to a profile whose launcher is srun, mpiexec, mpirun or pdsh",
+        )
+    try:
+        stage = Stage(
+            env=bool(spec.stage_env) or p.stage.env,
+            data=spec.stage_data if spec.stage_data is not None else p.stage.data,
+            dest=p.stage.dest,
+            timeout_s=p.stage.timeout_s,
+        )
+    except ValueError as exc:
+        fix = "set stage.dest, the node-local directory, in your profile (docs/staging.md)"
+        raise SpecError(f"{option}: {exc}", hint=fix if not p.stage.dest else "give an absolute directory") from None
+    return replace(p, stage=stage)
+
+
 def _check_token(value: str, what: str, fix: str) -> str:
     if not _TOKEN.match(value):
         raise SpecError(f"{what} {value!r} has characters a scheduler cannot take", hint=fix)
@@ -217,10 +245,10 @@ def _stop_before(spec: JobSpec, walltime_s: int) -> int:
 
 def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host: str = LOCAL_HOST) -> ResolvedJob:
     """`host`: where the job is submitted from (decided by `prepare.choose_host`, never here)."""
-    p = profile
+    dialect = dialects.get(profile.dialect)
+    launcher = launchers.get(profile.launch.launcher)
+    p = _staging(spec, profile, launcher)
     where = f"on {p.name}"
-    dialect = dialects.get(p.dialect)
-    launcher = launchers.get(p.launch.launcher)
     if spec.exclude and not dialect.has_scheduler:  # no scheduler: the host list itself leaves them out
         listed = spec.hosts if spec.hosts is not None else p.hosts
         spec = replace(spec, hosts=[h for h in listed if h not in spec.exclude])

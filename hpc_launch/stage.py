@@ -120,6 +120,48 @@ def accept_children(
     return got
 
 
+def interface_address(net_if: str) -> str:
+    """The IPv4 address of `net_if` on this node (SIOCGIFADDR), as the job's rendezvous reads it."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", net_if.encode()[:15]))
+        except OSError as err:
+            why = f"network interface {net_if} (profile key net_if) has no IPv4 address here"
+            raise StageError(f"{why}: {err.strerror or err}") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def announce(directory: str, index: int, address: str) -> None:
+    """This node's address where the others find it: a file in the job's shared work dir, for node
+    names that do not resolve between nodes (the testbed's PBS; the job's token is there already)."""
+    path = os.path.join(directory, str(index))
+    with open(f"{path}.tmp", "w") as fh:
+        fh.write(address + "\n")
+    os.replace(f"{path}.tmp", path)
+
+
+def announced(directory: str, index: int, name: str, deadline: float) -> str:
+    """The parent's address: its name where it resolves, else what it announced (waited for)."""
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        pass
+    path = os.path.join(directory, str(index))
+    while True:
+        try:
+            with open(path) as fh:
+                address = fh.read().strip()
+            if address:
+                return address
+        except FileNotFoundError:
+            pass
+        if time.monotonic() >= deadline:
+            raise StageError(f"{name} neither resolves nor announced its address (not started?)")
+        time.sleep(0.2)
+
+
 def connect_parent(host: str, port: int, index: int, token: bytes, deadline: float) -> socket.socket:
     """Connect to the parent, retrying while it is not listening yet (nodes start unevenly)."""
     last: Optional[str] = None
@@ -322,6 +364,8 @@ def stage(
     *,
     relocate_venv: bool = False,
     addrs: Optional[Dict[str, str]] = None,
+    announce_dir: Optional[str] = None,
+    net_if: Optional[str] = None,
     timeout: float = 300.0,
     idle_s: float = 120.0,
 ) -> Tuple[int, float]:
@@ -340,11 +384,17 @@ def stage(
     tmp = f"{dest}.partial-{os.getpid()}"
     try:
         try:
+            own = interface_address(net_if) if net_if else None
+            if announce_dir and own and want:  # children wait for it where this node's name does not resolve
+                announce(announce_dir, index, own)
             # the parent first: a failure here (no listening port, no disk) then reaches it at once
             if p is not None:
-                up = connect_parent((addrs or {}).get(hosts[p], hosts[p]), port, index, token, deadline)
+                parent_addr = (addrs or {}).get(hosts[p])
+                if parent_addr is None and announce_dir:
+                    parent_addr = announced(announce_dir, p, hosts[p], deadline)
+                up = connect_parent(parent_addr or hosts[p], port, index, token, deadline)
             if want:
-                srv = listen(me, port, (addrs or {}).get(me))
+                srv = listen(me, port, (addrs or {}).get(me) or own)
                 fanout.kids = accept_children(srv, want, token, deadline)
                 for sock in fanout.kids.values():
                     sock.settimeout(idle_s)  # a child that stops reading fails its parent, not hangs it
@@ -413,6 +463,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--index", type=int, help="this node's line in the hostfile")
     ap.add_argument("--index-var", help="the launcher's variable holding it (default: found by name/address)")
     ap.add_argument("--addrs", help="a file of `name address` lines, for node names that do not resolve")
+    ap.add_argument("--net-if", help="the interface whose address this node listens on and announces")
+    ap.add_argument("--announce", metavar="DIR", help="a shared directory where nodes announce their --net-if address")
     ap.add_argument("--venv", action="store_true", help="SRC is a virtualenv: relocate its bin/ to DEST")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds for the tree to connect")
     ap.add_argument("--idle", type=float, default=120.0, help="seconds without data before failing")
@@ -448,6 +500,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             timeout=a.timeout,
             idle_s=a.idle,
             addrs=read_addrs(a.addrs) if a.addrs else None,
+            announce_dir=a.announce,
+            net_if=a.net_if,
         )
     except (StageError, OSError) as err:
         where = "" if str(err).startswith("on ") else f"on {host}: "

@@ -106,6 +106,9 @@ TABLE = [
     ([*SUBMIT, "--dry-run", "--nodes", "-3"], "fast", {}),
     ([*SUBMIT, "--dry-run", "--name", "--help"], "fast", {}),  # an option's value, as click takes it
     (["submit", "--cluster", "nope", "--dry-run"], "fast", {}),  # the core's one-line error
+    ([*SUBMIT, "--dry-run", "--stage-env", "--venv", "/v"], "fast", {}),
+    ([*SUBMIT, "--dry-run", "--stage-data", "rel/dir"], "fast", {}),  # the core's one-line error
+    ([*SUBMIT, "--dry-run", "--no-stage", "--stage-env"], "typer", {}),  # OptionError: typer's message
     ([*SUBMIT, "--dry-run", "-e", "NOEQUALS"], "typer", {}),
     ([*SUBMIT, "--dry-run", "--train-args", "'unclosed"], "typer", {}),
     ([*SUBMIT, "--dry-run", "--nodes", "two"], "typer", {}),

@@ -267,3 +267,31 @@ def test_bad_input_is_one_line(tmp_path, src):
         r = subprocess.run(base + args, cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
         assert not (tmp_path / "d").exists()
+
+
+def test_nodes_whose_names_do_not_resolve_find_their_parent_by_its_announced_address(tmp_path, src):
+    """The testbed's PBS (and any site whose node file holds names the nodes cannot resolve): each
+    node announces its --net-if address in the shared work dir and a child waits for its parent's."""
+    _, hostfile, token = _tree(tmp_path, 0)
+    hosts = ["node-a.invalid", "node-b.invalid", "node-c.invalid"]
+    hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
+    dest = str(tmp_path / "local" / "{host}" / "env")
+    plain = _run_nodes(hostfile, token, src, dest, 3, extra={i: ["--timeout", "3"] for i in range(3)})
+    assert plain[1].returncode == 3 and "node-a.invalid" in plain[1].stderr  # before: no way to reach node 0
+    board = tmp_path / "addrs"
+    board.mkdir()
+    told = ["--timeout", "20", "--idle", "20", "--net-if", "lo", "--announce", str(board)]
+    res = _run_nodes(hostfile, token, src, dest, 3, extra={i: told for i in range(3)})
+    assert [r.returncode for r in res] == [0, 0, 0], [r.stderr for r in res]
+    assert (board / "0").read_text() == "127.0.0.1\n"  # node 0 has children: it announced
+    for h in hosts:
+        assert _tree_of(tmp_path / "local" / h / "env") == _tree_of(src)
+
+
+def test_an_interface_without_an_address_is_one_line(tmp_path, src):
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    told = ["--timeout", "5", "--net-if", "nosuch0", "--announce", str(tmp_path)]
+    res = _run_nodes(hostfile, token, src, str(tmp_path / "l" / "{host}"), 2, extra={0: told, 1: told})
+    assert res[0].returncode == 3
+    assert "network interface nosuch0 (profile key net_if) has no IPv4 address" in res[0].stderr
+    assert len(res[0].stderr.strip().splitlines()) == 1

@@ -108,3 +108,45 @@ def test_bad_stage_settings_are_refused_naming_the_key(tmp_path, stage, words):
 def test_staging_off_by_default_everywhere():
     for name in profiles.available():
         assert not profiles.load(name).stage.on, name
+
+
+def _resolve(tmp_path, stage_yaml: str, **options):
+    override = tmp_path / "opt.yaml"
+    override.write_text(f"extends: slurm\nname: opt\n{stage_yaml}\n")
+    p = profiles.load("opt", profile_file=str(override))
+    spec = JobSpec(cluster="opt", nodes=2, workdir="/w", venv="/shared/venv", **options)
+    return render(resolve(spec, p, cwd="/w"), stamp="s").text
+
+
+def test_stage_env_turns_staging_on_for_one_job(tmp_path):
+    off = _resolve(tmp_path, "stage: {dest: /local/x}")
+    assert "# --- node-local staging" not in off
+    on = _resolve(tmp_path, "stage: {dest: /local/x}", stage_env=True)
+    assert "# --- node-local staging" in on and 'source "$HPC_LAUNCH_STAGED/env/bin/activate"' in on
+    data = _resolve(tmp_path, "stage: {dest: /local/x}", stage_data="/shared/set")
+    assert "--src /shared/set" in data and 'source "$HPC_LAUNCH_STAGED/env/bin/activate"' not in data
+
+
+def test_no_stage_turns_a_profiles_staging_off_for_one_job(tmp_path):
+    profile = "stage: {env: true, data: /shared/set, dest: /local/x}"
+    assert "# --- node-local staging" in _resolve(tmp_path, profile)
+    assert "# --- node-local staging" not in _resolve(tmp_path, profile, stage_env=False)
+
+
+@pytest.mark.parametrize(
+    "stage_yaml,options,words",
+    [
+        ("", {"stage_env": True}, "--stage-env: stage: give stage.dest"),
+        (
+            "stage: {dest: /local/x}",
+            {"stage_data": "rel/dir"},
+            "--stage-data: stage.data: 'rel/dir' is not an absolute",
+        ),
+    ],
+)
+def test_a_staging_option_the_profile_cannot_serve_is_one_line(tmp_path, stage_yaml, options, words):
+    from hpc_launch.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        _resolve(tmp_path, stage_yaml, **options)
+    assert str(err.value).startswith(words) and "\n" not in str(err.value)

@@ -12,6 +12,7 @@ from hpc_launch import protocol
 
 from .ds_config import MONITORS, OFFLOADS, PRECISIONS
 from .errors import TrainError
+from .models import MEMORY_FORMATS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,6 +41,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=int,
         default=None,
         help="DataLoader workers per rank (default: 4 for image folders, 0 for in-memory data)",
+    )
+    p.add_argument(
+        "--memory-format",
+        default="auto",
+        choices=MEMORY_FORMATS,
+        help="layout of a convolutional model and its images; auto: channels_last on CPUs and in bf16/fp16",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")

@@ -9,6 +9,7 @@ from . import checkpoint, dist, ds_startup
 from .stop import RESUMABLE_EXIT, StopRequest
 from .ds_config import (
     batch_of,
+    fused_adamw_available,
     build_config,
     load_user_config,
     merge_user_config,
@@ -19,10 +20,14 @@ from .ds_config import (
 from .errors import TrainError
 
 
-def _on_cpu() -> bool:
+def _device_type() -> str:
     from deepspeed.accelerator import get_accelerator
 
-    return get_accelerator().device_name() == "cpu"
+    return get_accelerator().device_name()
+
+
+def _on_cpu() -> bool:
+    return _device_type() == "cpu"
 
 
 def check_precision(precision: str) -> None:
@@ -77,6 +82,7 @@ def resolve_config(args, world_size: int) -> dict:
         monitor=args.monitor,
         monitor_dir=args.monitor_dir,
         job_name=args.job_name,
+        fused_adamw=fused_adamw_available(_device_type()),
     )
     if args.ds_config:
         cfg = merge_user_config(cfg, load_user_config(args.ds_config), world_size)
@@ -137,7 +143,7 @@ def run(args) -> int:
 
     # Everything a user can get wrong is checked before the process group starts.
     from .data import build_data, micro_batches_per_epoch, train_loader
-    from .models import build_model, check_model_name
+    from .models import build_model, check_model_name, memory_format
 
     check_model_name(args.model)
     check_monitor(args.monitor)
@@ -189,6 +195,12 @@ def run(args) -> int:
     sync = acc.synchronize if acc.device_name() != "cpu" else (lambda: None)  # GPU work ends when it is done
     torch.manual_seed(args.seed)
     model = build_model(args.model, data.num_classes)
+    # The batches only: convolutions follow their input's layout, and DeepSpeed's engine moves
+    # parameters as flat bytes (its broadcast refuses a channels_last weight).
+    layout = memory_format(model, args.memory_format, acc.device_name(), precision)
+    if layout is not None:
+        say("[hpc-train] image batches in channels_last (NHWC) memory format (--memory-format)")
+    to_device = {"non_blocking": True, "memory_format": layout or torch.preserve_format}
     ds_startup.skip_muon_import(cfg)
     from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
 
@@ -204,6 +216,7 @@ def run(args) -> int:
         "image_size": data.image_size,
         "zero_stage": engine.zero_optimization_stage(),
         "precision": precision,
+        "memory_format": "channels_last" if layout is not None else "as built",
         "world_size": info.world_size,
         "global_batch": batch.global_,
         "micro_batch": batch.micro,
@@ -258,7 +271,7 @@ def run(args) -> int:
             for _ in range(batch.accum):
                 t = time.perf_counter()
                 images, labels = next(batches)
-                logits = engine(images.to(device, dtype, non_blocking=True))
+                logits = engine(images.to(device, dtype, **to_device))
                 loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
                 if wd is not None:
                     sync()
@@ -328,7 +341,7 @@ def run(args) -> int:
         evaluated = time.perf_counter()
         engine.eval()
         result = accuracy(
-            lambda x: engine(x.to(device, dtype)),
+            lambda x: engine(x.to(device, dtype, **to_device)),
             data.val,
             info.rank,
             info.world_size,

@@ -134,6 +134,19 @@ def submit(
         help="hold K extra nodes and train on the first --nodes that pass the "
         "start-up check (for schedulers that cannot exclude hosts, e.g. PBS)",
     ),
+    stage_env: bool = typer.Option(
+        False,
+        "--stage-env",
+        help="copy the job's virtualenv to node-local storage (the profile's stage.dest) by a tree broadcast "
+        "before the ranks start, and run them from the copy (docs/staging.md)",
+    ),
+    stage_data: Optional[str] = typer.Option(
+        None,
+        "--stage-data",
+        metavar="DIR",
+        help="a shared directory staged too; the job finds the copy in $HPC_LAUNCH_STAGED_DATA",
+    ),
+    no_stage: bool = typer.Option(False, "--no-stage", help="no node-local staging for this job, whatever the profile"),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
     ),

@@ -5,10 +5,10 @@ same code whichever parsed its command line."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from ..protocol import EXIT_SIGINT
-from .option_values import expand_hosts, parse_env, split_args, split_list
+from .option_values import OptionError, expand_hosts, parse_env, split_args, split_list
 from .printing import say
 
 
@@ -87,8 +87,17 @@ def read_submit(v: Dict[str, Any]) -> Callable[[], int]:
         gather=v["gather"],
         exclude=v["exclude"],
         spares=v["spares"],
+        stage_env=stage_choice(v["stage_env"], v["stage_data"], v["no_stage"]),
+        stage_data=v["stage_data"],
     )
     return lambda: submit(v, options)
+
+
+def stage_choice(stage_env: bool, stage_data: Optional[str], no_stage: bool) -> Optional[bool]:
+    """--stage-env: True; --no-stage: False; neither: None (the profile's `stage:` decides)."""
+    if no_stage and (stage_env or stage_data is not None):
+        raise OptionError("--no-stage with --stage-env or --stage-data: choose one", param_hint="--no-stage")
+    return True if stage_env else (False if no_stage else None)
 
 
 def submit(v: Dict[str, Any], options: Dict[str, Any]) -> int:

@@ -187,3 +187,39 @@ def test_pods_stage_over_pdsh_and_ranks_run_from_the_copy(
         fields = dict(kv.split("=", 1) for kv in line.split("STAGE-PROBE", 1)[1].split())
         assert fields["prefix"] == str(copy) and fields["mark"].startswith(f"{copy}/lib/")
     assert str(stage_base / "pod2" / "env") in (stage_base / "pod2" / "env" / "bin" / "activate").read_text()
+
+
+MPI_PROBE = """\
+import os, socket, sys
+import stagedmark, torch
+print(f"STAGE-PROBE rank={os.environ['OMPI_COMM_WORLD_RANK']} host={socket.gethostname()} prefix={sys.prefix} "
+      f"mark={stagedmark.__file__}", flush=True)
+"""
+
+
+def test_stage_env_on_the_command_line_stages_through_mpirun(
+    hpc_launch_bin, testbed, shared_workdir, stage_base, tmp_path, small_venv
+):
+    """The mpirun way (ABCI 3.0's launcher on the testbed's PBS): the profile names only where to
+    stage, `--stage-env` turns staging on for this job; `mpirun --npernode 1` runs the broadcast
+    once per node, and the ranks mpirun starts import from the copy."""
+    path = tmp_path / "staged-mpi.yaml"
+    path.write_text(f"name: tb-staged-mpi\nextends: tb-pbs-mpi\nstage: {{dest: '{stage_base}/{{host}}'}}\n")
+    (shared_workdir / "probe.py").write_text(MPI_PROBE)
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
+    common = ["--cluster", "tb-staged-mpi", "--profile", str(path), "--nodes", "2", "--venv", str(small_venv)]
+    dry = cli("submit", *common, "--script", "probe.py", "--dry-run")
+    assert dry.returncode == 0 and "# --- node-local staging" not in dry.stdout  # off in the profile
+    job_id = cli.submit(*common, "--script", "probe.py", "--stage-env")
+    r = cli("logs", "-f", job_id, timeout=400)
+    log = (shared_workdir / f"train.o{job_id}").read_text()
+    assert r.returncode == 0, log[-3000:]
+    assert "every copy verified" in log and "on 2 node(s)" in log, log[-3000:]
+    probes = sorted(line for line in log.splitlines() if line.startswith("STAGE-PROBE"))
+    assert len(probes) == 2, log[-3000:]
+    copy = stage_base / "pod1" / "env"  # the ranks inherit the batch node's PATH (module docstring)
+    for line in probes:
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        assert fields["prefix"] == str(copy) and fields["mark"].startswith(f"{copy}/lib/")
+    for pod in ("pod1", "pod2"):
+        assert str(stage_base / pod / "env") in (stage_base / pod / "env" / "bin" / "activate").read_text()

@@ -116,3 +116,130 @@ def test_a_zero0_fp32_run_still_clips_to_the_configured_max_norm(tmp_path):
     initial = build_model("smallcnn", 10).state_dict()
     moved = max((saved[k].float() - initial[k].float()).abs().max().item() for k in initial if "weight" in k)
     assert moved < 1e-6, f"weights moved by {moved}: the max norm was not applied"
+
+
+def test_the_fused_adamw_the_preset_asks_for_reaches_torch_and_updates_alike(tmp_path):
+    """Where torch has a fused AdamW for the device (CPU since torch 2.4), the preset asks for it:
+    DeepSpeed passes `fused` through to torch.optim.AdamW, and ten steps under ZeRO 0, 1 and 2
+    leave the same parameters as the loop-of-ops AdamW (bench/bench_train.py: the step's cost)."""
+    script = textwrap.dedent(
+        """
+        import os
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        import torch, deepspeed
+        from train import ds_startup
+        from train.ds_config import build_config, fused_adamw_available, resolve_batch
+        ds_startup.skip_shm_comm_op()
+        deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
+        assert fused_adamw_available("cpu")
+        for zero in (0, 1, 2):
+            finals = {}
+            for fused in (True, False):
+                cfg = build_config(batch=resolve_batch(1, 8), zero=zero, on_cpu=True, fused_adamw=fused)
+                assert cfg["optimizer"]["params"].get("fused", False) is fused
+                torch.manual_seed(0)
+                model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+                engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+                base = getattr(opt, "optimizer", opt)
+                assert type(base) is torch.optim.AdamW and base.defaults["fused"] is (True if fused else None)
+                g = torch.Generator().manual_seed(1)
+                for _ in range(10):
+                    x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+                    engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+                    engine.step()
+                finals[fused] = [p.detach().clone() for p in engine.module.parameters()]
+            for a, b in zip(finals[True], finals[False]):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            print("zero", zero, "same")
+        print("all same")
+        """
+    )
+    path = tmp_path / "fused.py"
+    path.write_text(script)
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env={**child_env(), "PORT": str(free_port())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("all same"), done.stdout[-3000:]
+
+
+def test_a_users_foreach_choice_drops_the_presets_fused():
+    from train.ds_config import merge_user_config
+
+    preset = build_config(batch=resolve_batch(1, 8), on_cpu=True, fused_adamw=True)
+    assert preset["optimizer"]["params"]["fused"] is True
+    user = {"optimizer": {"type": "AdamW", "params": {"foreach": True}}}
+    merged = merge_user_config(preset, user, world_size=1)
+    assert "fused" not in merged["optimizer"]["params"] and merged["optimizer"]["params"]["foreach"] is True
+    assert preset["optimizer"]["params"]["fused"] is True  # the preset itself is not changed
+
+
+def test_memory_format_auto_chooses_channels_last_where_it_is_faster_or_documented():
+    import torch
+
+    from train.models import build_model, memory_format
+
+    cnn, mlp = build_model("smallcnn", 10), torch.nn.Sequential(torch.nn.Linear(4, 4))
+    assert memory_format(cnn, "auto", "cpu", "fp32") is torch.channels_last
+    assert memory_format(cnn, "auto", "cuda", "bf16") is torch.channels_last
+    assert memory_format(cnn, "auto", "cuda", "fp32") is None  # not measured, not documented: as built
+    assert memory_format(cnn, "channels_last", "cuda", "fp32") is torch.channels_last
+    assert memory_format(cnn, "contiguous", "cpu", "fp32") is None
+    assert memory_format(mlp, "channels_last", "cpu", "fp32") is None  # no images to lay out
+
+
+def test_channels_last_trains_to_the_same_parameters_under_every_zero_stage(tmp_path):
+    """A CNN with BatchNorm fed channels_last batches (as the trainer lays them out) and as loaded:
+    ten steps under ZeRO 0-3 leave the same parameters and BatchNorm statistics."""
+    script = textwrap.dedent(
+        """
+        import os
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        import torch, deepspeed
+        from train import ds_startup
+        from train.ds_config import build_config, resolve_batch
+        from train.models import build_model
+        ds_startup.skip_shm_comm_op()
+        deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
+        for zero in (0, 1, 2, 3):
+            finals = {}
+            for layout in (torch.channels_last, torch.preserve_format):
+                cfg = build_config(batch=resolve_batch(1, 8), zero=zero, on_cpu=True)
+                torch.manual_seed(0)
+                model = build_model("smallcnn", 10)
+                engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+                g = torch.Generator().manual_seed(1)
+                for _ in range(10):
+                    x, y = torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 10, (8,), generator=g)
+                    x = x.to(memory_format=layout)
+                    assert x.is_contiguous(memory_format=torch.channels_last) == (layout is torch.channels_last)
+                    out = engine(x)
+                    engine.backward(torch.nn.functional.cross_entropy(out, y))
+                    engine.step()
+                with deepspeed.zero.GatheredParameters(list(engine.module.parameters()), enabled=zero == 3):
+                    finals[layout] = [t.detach().clone() for t in engine.module.state_dict().values()]
+            for a, b in zip(finals[torch.channels_last], finals[torch.preserve_format]):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+            print("zero", zero, "same")
+        print("all same")
+        """
+    )
+    path = tmp_path / "layout.py"
+    path.write_text(script)
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env={**child_env(), "PORT": str(free_port())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("all same"), done.stdout[-3000:]
