@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Dict, List, Optional
 
 from .metrics_line import parse_line
+from .protocol import TRAINING_FINISHED
 
 # DeepSpeed's logger: `[2026-11-23 00:03:48,077] [WARNING] [runner.py:214:fetch_hostfile] ...`
 _DS_LOGGER = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[(DEBUG|INFO|WARNING)\] \[[\w.]+:\d+:\w+\]")
@@ -99,7 +100,8 @@ class LogFilter:
 # the summary block
 
 _JOB_START = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at (\S+?),", re.M)
-_FINISHED = re.compile(r"^training finished: steps=(\d+) wall_s=([\d.]+)(?: ended_at=(\d+))?", re.M)
+_FINISHED = re.compile(rf"^{re.escape(TRAINING_FINISHED)}steps=(\d+) wall_s=([\d.]+)(?: ended_at=([\d.]+))?", re.M)
+_JOB_T = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at \S+, .*?, t=([\d.]+),", re.M)  # the prologue's EPOCHREALTIME
 _EVAL = re.compile(r"^\[hpc-eval\] top1=([\d.]+)(?:[^\n]*? time_s=([\d.]+))?", re.M)
 
 
@@ -116,6 +118,7 @@ class Summary:
     training_s: Optional[float] = None
     eval_s: Optional[float] = None
     end_s: Optional[float] = None  # ranks and launcher exiting, the script's end, and noticing it
+    exiting_s: Optional[float] = None  # of end_s: from the eval's end to the script's end (the cluster's clock)
     total_s: Optional[float] = None
     cause: List[str] = field(default_factory=list)  # doctor's lines for a failed job
 
@@ -128,7 +131,9 @@ def summarise(
     log_path: str,
     submit_time: Optional[float] = None,
     end_time: Optional[float] = None,
+    script_end: Optional[float] = None,
 ) -> Summary:
+    """`script_end`: when the job script ended, by the cluster's clock (its exit file)."""
     s = Summary(state=state, exit_code=exit_code, log_path=log_path)
     peak = None
     for line in log_text.splitlines():
@@ -145,8 +150,11 @@ def summarise(
     finished = list(_FINISHED.finditer(log_text))
     if finished:
         s.training_s = float(finished[-1].group(2))
-        if finished[-1].group(3) and started is not None:
-            s.startup_s = max(0.0, int(finished[-1].group(3)) - s.training_s - started)
+        ended_at = float(finished[-1].group(3)) if finished[-1].group(3) else None
+        if ended_at is not None and started is not None:
+            s.startup_s = max(0.0, ended_at - s.training_s - started)
+        if ended_at is not None and script_end is not None:
+            s.exiting_s = max(0.0, script_end - ended_at - (s.eval_s or 0.0))
     if started is not None and submit_time is not None:
         s.queued_s = max(0.0, started - submit_time)
     if submit_time is not None and end_time is not None:
@@ -154,10 +162,15 @@ def summarise(
     parts = (s.queued_s, s.startup_s, s.training_s)
     if s.total_s is not None and all(p is not None for p in parts):  # every second accounted: the rest is the end
         s.end_s = max(0.0, s.total_s - sum(p for p in parts if p is not None) - (s.eval_s or 0.0))
+        if s.exiting_s is not None:
+            s.exiting_s = min(s.exiting_s, s.end_s)
     return s
 
 
 def _job_start(log_text: str) -> Optional[float]:
+    t = _JOB_T.search(log_text)
+    if t:  # to the microsecond where bash has EPOCHREALTIME
+        return float(t.group(1))
     m = _JOB_START.search(log_text)
     if not m:
         return None
@@ -177,6 +190,15 @@ def _secs(value: Optional[float]) -> str:
     return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
 
 
+def _the_end(s: Summary) -> str:
+    if s.end_s is None or s.exiting_s is None:
+        return f"the end {_secs(s.end_s)} (ranks exiting, the script's end, noticing it)"
+    return (
+        f"the end {_secs(s.end_s)} (ranks and launcher exiting {_secs(s.exiting_s)}, "
+        f"noticing it {_secs(s.end_s - s.exiting_s)})"
+    )
+
+
 def format_summary(s: Summary, job_id: str) -> str:
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
     lines = [f"── job {job_id}: {s.state}{code} " + "─" * 20]
@@ -187,7 +209,7 @@ def format_summary(s: Summary, job_id: str) -> str:
             f"start-up {_secs(s.startup_s)} (launcher, framework init, op builds)" if s.startup_s is not None else None,
             f"training {_secs(s.training_s)}" if s.training_s is not None else None,
             f"eval {_secs(s.eval_s)}" if s.eval_s is not None else None,
-            f"the end {_secs(s.end_s)} (ranks exiting, the script's end, noticing it)" if s.end_s is not None else None,
+            _the_end(s) if s.end_s is not None else None,
         ]
         lines.append("  time      " + ", ".join(t for t in times if t))
     m = s.metrics

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .display import LogFilter, format_summary, summarise
-from .logs import follow, read_exit_code
+from .logs import follow, read_exit_code, read_exit_time
 from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
@@ -104,7 +104,8 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
     code = (
         rec.exit_code if rec.exit_code is not None else read_exit_code(transport, record.exit_path, record.script_name)
     )
-    sys.stderr.write(summary_block(rec, "".join(collected), final, code) + "\n")
+    script_end = read_exit_time(transport, record.exit_path) if record.exit_path else None
+    sys.stderr.write(summary_block(rec, "".join(collected), final, code, script_end) + "\n")
     why = f" ({rec.comment})" if rec.comment else ""
     sys.stderr.write(
         f"hpc-launch: job {record.job_id} {final.value}"
@@ -142,8 +143,11 @@ def follow_chain(record: JobRecord, *, store: Optional[JobStore] = None, show_al
     return code
 
 
-def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional[int]) -> str:
-    """The end-of-job block; for a job that did not finish well, doctor's cause and fix too."""
+def summary_block(
+    rec: JobRecord, log_text: str, state: JobState, code: Optional[int], script_end: Optional[float] = None
+) -> str:
+    """The end-of-job block; for a job that did not finish well, doctor's cause and fix too.
+    `script_end`: when the job script ended, from its exit file (the cluster's clock)."""
     s = summarise(
         log_text,
         state=state.value,
@@ -151,6 +155,7 @@ def summary_block(rec: JobRecord, log_text: str, state: JobState, code: Optional
         log_path=rec.log_path,
         submit_time=rec.submit_time,
         end_time=rec.end_time,
+        script_end=script_end,
     )
     if state in (JobState.FAILED, JobState.TIMEOUT):
         s.cause = diagnosis_lines(log_text, rec, code)

@@ -15,7 +15,15 @@ import time
 from typing import Callable, Optional
 
 from hpc_launch.errors import HpcLaunchError, TransportError
-from hpc_launch.protocol import POLL, RECONNECT, RECONNECT_GIVE_UP_S, Backoff, parse_exit_file
+from hpc_launch.protocol import (
+    POLL,
+    RECONNECT,
+    RECONNECT_GIVE_UP_S,
+    TRAINING_FINISHED,
+    Backoff,
+    parse_exit_file,
+    parse_exit_time,
+)
 from hpc_launch.states import JobState
 from hpc_launch.transport import Transport
 
@@ -133,6 +141,10 @@ def follow(
     drops = 0
     delay = reconnect.first
     next_end_check, end_seen = started, False
+    # once the training's last line is in, the job's end is watched for at the log's pace: what is
+    # left (eval, ranks and launcher exiting) takes seconds, and noticing it a second late is a
+    # third of that (the main job's summary, docs/launch-cost.md)
+    near_end, tail_text = False, ""
     while not stop.is_set():
         try:
             text = tail.read_new()
@@ -151,11 +163,16 @@ def follow(
         lost_since, drops = None, 0
         if text:
             write(text)
+            if not near_end:
+                tail_text = (tail_text + text)[-4096:]  # the marker may straddle two reads
+                near_end = TRAINING_FINISHED in tail_text
+                if near_end:
+                    next_end_check = time.monotonic()
         elif not tail.exists and on_wait is not None:
             on_wait(time.monotonic() - started)
         now = time.monotonic()
         if ended is not None and not end_seen and now >= next_end_check:
-            next_end_check = now + poll.first
+            next_end_check = now + (poll_interval if near_end else poll.first)
             try:
                 end_seen = ended()
             except (TransportError, OSError):
@@ -194,6 +211,15 @@ def _drain(tail: LogTail, write: Callable[[str], None], poll_interval: float) ->
             quiet_reads += 1
             if quiet_reads < 2:
                 time.sleep(poll_interval)
+
+
+def read_exit_time(transport: Transport, exit_path: str) -> Optional[float]:
+    """When the job script ended, as its exit file says (the cluster's clock); None if it does not."""
+    try:
+        data = transport.read_from(exit_path, 0, 512)
+    except (FileNotFoundError, TransportError):
+        return None
+    return parse_exit_time(data.decode("utf-8", errors="replace"))
 
 
 def read_exit_code(transport: Transport, exit_path: str, script: Optional[str] = None) -> Optional[int]:

@@ -30,7 +30,7 @@ EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143
 
 # ---- files a job leaves beside its log (templates/body/prologue.sh.j2 writes them) ----------
-EXIT_FILE_SUFFIX = ".exitcode"  # `CODE SCRIPT_PATH`, written by the script's EXIT trap
+EXIT_FILE_SUFFIX = ".exitcode"  # `CODE SCRIPT END_TIME`, written by the script's EXIT trap (its clock, in s)
 LIVE_LOG_SUFFIX = ".live"  # the tee'd copy where a site's own log appears only at the end
 SCRIPT_DIR = ".hpc-launch"  # the job's scripts, inside its work dir
 
@@ -70,6 +70,22 @@ def parse_exit_file(text: str, script: str | None = None) -> int | None:
         return int(words[0])
     except (ValueError, IndexError):
         return None
+
+
+def parse_exit_time(text: str) -> float | None:
+    """When the job script ended (epoch seconds, the cluster's clock): the exit file's third word;
+    None where an older script wrote none."""
+    lines = text.strip().splitlines()
+    words = lines[-1].split() if lines else []
+    try:
+        return float(words[2]) if len(words) > 2 else None
+    except ValueError:
+        return None
+
+
+# The trainer's line once its last step is done (train/trainer.py); the follower then watches for the
+# job's end closely (logs.follow): what is left is the eval, the ranks and the launcher exiting.
+TRAINING_FINISHED = "training finished: "
 
 
 def link_script_name(script_name: str, link: int) -> str:

@@ -116,6 +116,31 @@ def test_summary_accounts_for_every_second_eval_and_the_end_included():
     assert s.eval_top1 == 0.975
 
 
+def test_the_end_splits_into_exiting_and_noticing_by_the_scripts_own_end_time():
+    """The exit file's time (the cluster's clock) splits the end: ranks and launcher exiting
+    (DeepSpeed's launcher polls its ranks every second) and the follower noticing it; the
+    prologue's t= and ended_at's milliseconds make the split finer than the log's 1-s dates."""
+    log = (
+        "[hpc-launch] job 7 on n1 at 2026-11-23T00:00:10+0000, 1 node(s) x 2 rank(s), t=1795392010.400000, "
+        "script t.sh\n"
+        "training finished: steps=5 wall_s=30.0 ended_at=1795392070.600\n"
+        "[hpc-eval] top1=0.9750 top5=1.0000 samples=360 split=val step=5 time_s=0.5\n"
+    )
+    s = summarise(
+        log,
+        state="done",
+        exit_code=0,
+        log_path="l",
+        submit_time=1795392000.0,
+        end_time=1795392073.5,
+        script_end=1795392073.1,
+    )
+    assert round(s.startup_s, 3) == 30.2 and round(s.end_s, 3) == 2.4 and round(s.exiting_s, 3) == 2.0
+    assert "the end 2.4 s (ranks and launcher exiting 2.0 s, noticing it 0.4 s)" in format_summary(s, "7")
+    older = summarise(log, state="done", exit_code=0, log_path="l", submit_time=1795392000.0, end_time=1795392073.5)
+    assert older.exiting_s is None and "(ranks exiting, the script's end, noticing it)" in format_summary(older, "7")
+
+
 def test_summary_splits_the_time_into_queue_start_up_and_training():
     log = (
         "[hpc-launch] job 7 on n1 at 2026-11-23T00:00:10+0000, 1 node(s) x 2 rank(s), script t.sh\n"

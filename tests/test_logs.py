@@ -200,3 +200,51 @@ def test_read_exit_code(transport, tmp_path, content, expected):
     if content is not None:
         path.write_bytes(content)
     assert read_exit_code(transport, str(path)) == expected
+
+
+def test_after_the_trainings_last_line_the_end_is_watched_at_the_logs_pace(tmp_path):
+    """`ended()` is asked every `poll.first` seconds while the job trains; once the log holds the
+    trainer's "training finished:" line, at every log poll: the eval and the ranks' exit take
+    seconds, and a second's wait to notice the exit file was a third of the main job's end."""
+    log, exit_file = tmp_path / "job.log", tmp_path / "job.log.exitcode"
+    log.write_text("[hpc-train] step=1 loss=1\n")
+    asked = []
+
+    def ended():
+        asked.append(time.monotonic())
+        return exit_file.exists()
+
+    def finish():
+        with open(log, "a") as fh:
+            fh.write("training finished: steps=1 wall_s=0.1 ended_at=1795680114.250\n")
+        time.sleep(0.3)
+        exit_file.write_text("0 job.sh 1795680115.000000\n")
+
+    threading.Timer(0.3, finish).start()
+    started = time.monotonic()
+    final = follow(
+        LocalTransport(),
+        str(log),
+        state=lambda: JobState.DONE if exit_file.exists() else JobState.RUNNING,
+        write=lambda s: None,
+        poll_interval=0.02,
+        poll=Backoff(20.0, 1.5, 60.0),  # ended() every 20 s while the job trains
+        ended=ended,
+    )
+    assert final is JobState.DONE
+    assert time.monotonic() - started < 5.0, asked  # not at the next 20-s check
+    assert len(asked) >= 5  # once at the start, then at the log's pace
+
+
+@pytest.mark.parametrize(
+    "content,expected",
+    [("0 job.sh 1795680115.123456\n", 1795680115.123456), ("0 job.sh\n", None), ("0 job.sh x\n", None), ("", None)],
+)
+def test_the_exit_file_says_when_the_script_ended(tmp_path, content, expected):
+    from hpc_launch.logs import read_exit_time
+
+    path = tmp_path / "job.exit"
+    path.write_text(content)
+    assert read_exit_time(LocalTransport(), str(path)) == expected
+    assert read_exit_time(LocalTransport(), str(tmp_path / "absent")) is None
+    assert read_exit_code(LocalTransport(), str(path)) == (0 if content else None)  # the code reads as before

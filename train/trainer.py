@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+from hpc_launch import protocol
+
 from . import checkpoint, dist, ds_startup
 from .stop import RESUMABLE_EXIT, StopRequest
 from .ds_config import (
@@ -333,7 +335,7 @@ def run(args) -> int:
         checkpoint.save(engine, args.checkpoint_dir, step, meta)
     wall = time.perf_counter() - started
     # ended_at lets `hpc-launch logs --summary` split the job's time into start-up and training
-    say(f"training finished: steps={step} wall_s={wall:.1f} ended_at={time.time():.0f}")
+    say(f"{protocol.TRAINING_FINISHED}steps={step} wall_s={wall:.1f} ended_at={time.time():.3f}")
 
     if data.val is not None and not args.no_eval:
         from .evaluate import accuracy, eval_line

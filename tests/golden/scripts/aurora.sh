@@ -31,7 +31,7 @@ hpc_launch_exit() {
   if [ "$rc" != 0 ] && read -r verdict 2>/dev/null <"$HPC_LAUNCH_VERDICT"; then
     case $verdict in [1-9] | [1-9][0-9] | 1[0-9][0-9]) rc=$verdict ;; esac
   fi
-  echo "$rc" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"
+  echo "$rc" "$HPC_LAUNCH_SCRIPT" "${EPOCHREALTIME:-$(date +%s)}" > "$HPC_LAUNCH_LOG.exitcode"
   exit "$rc"
 }
 trap 'hpc_launch_exit "$?"' EXIT

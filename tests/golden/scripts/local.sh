@@ -22,7 +22,7 @@ hpc_launch_exit() {
   if [ "$rc" != 0 ] && read -r verdict 2>/dev/null <"$HPC_LAUNCH_VERDICT"; then
     case $verdict in [1-9] | [1-9][0-9] | 1[0-9][0-9]) rc=$verdict ;; esac
   fi
-  echo "$rc" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"
+  echo "$rc" "$HPC_LAUNCH_SCRIPT" "${EPOCHREALTIME:-$(date +%s)}" > "$HPC_LAUNCH_LOG.exitcode"
   exit "$rc"
 }
 trap 'hpc_launch_exit "$?"' EXIT
@@ -88,6 +88,7 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 
 # --- launch: DeepSpeed's launcher, 2 rank(s) on this node ---
 # `deepspeed --num_gpus 2` on one node imports torch and DeepSpeed only to start this, with these
-# arguments (deepspeed/launcher/runner.py); started directly, every job saves that import (3.5 s).
-python -u -m deepspeed.launcher.launch --world_info="$(printf '{"localhost": [%s]}' '0, 1' | base64 -w0)" \
+# arguments (deepspeed/launcher/runner.py); started directly, every job saves that import (3.5 s), and
+# hpc_launch/ds_launcher.py ends it the moment it returns (its teardown: 0.5 s).
+python -u -m hpc_launch.ds_launcher --world_info="$(printf '{"localhost": [%s]}' '0, 1' | base64 -w0)" \
   --master_addr=127.0.0.1 --master_port="$MASTER_PORT" "$HPC_TRAIN" --model smallcnn --data digits --epochs 5 --micro-batch 32 --lr 3e-3 --zero 2 --log-every 10

@@ -45,7 +45,7 @@ hpc_launch_exit() {
   fi
   # the next link starts as this script exits: keep it off the hosts this one found bad
   if [ -s "${HPC_LAUNCH_BAD_HOSTS:-}" ]; then hpc_launch_keep_next_links_off "$HPC_LAUNCH_BAD_HOSTS" || true; fi
-  echo "$rc" "$HPC_LAUNCH_SCRIPT" > "$HPC_LAUNCH_LOG.exitcode"
+  echo "$rc" "$HPC_LAUNCH_SCRIPT" "${EPOCHREALTIME:-$(date +%s)}" > "$HPC_LAUNCH_LOG.exitcode"
   exit "$rc"
 }
 trap 'hpc_launch_exit "$?"' EXIT

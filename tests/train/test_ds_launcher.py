@@ -1,0 +1,37 @@
+"""hpc_launch.ds_launcher: DeepSpeed's single-node launcher, ended as soon as it returns. What the
+ranks print reaches the log, a failing rank's code is the job's, and success is 0."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+
+import pytest
+
+from ds_launch import child_env, free_port
+
+pytestmark = pytest.mark.train
+
+
+def _launch(tmp_path, body: str):
+    rank = tmp_path / "rank.py"
+    rank.write_text(body)
+    world = base64.b64encode(b'{"localhost": [0, 1]}').decode()
+    argv = [sys.executable, "-u", "-m", "hpc_launch.ds_launcher", f"--world_info={world}"]
+    argv += ["--master_addr=127.0.0.1", f"--master_port={free_port()}", str(rank)]
+    return subprocess.run(argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
+
+
+def test_success_is_zero_and_every_line_is_there(tmp_path):
+    r = _launch(tmp_path, "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    ranks = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
+    assert ranks == ["rank 0 of 2", "rank 1 of 2"], r.stdout[-3000:]
+    assert r.stdout.count("exits successfully") == 2  # the launcher's own log lines (stdout), flushed before it ends
+
+
+def test_a_failing_ranks_code_is_the_launchers(tmp_path):
+    r = _launch(tmp_path, "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(7)\ntime.sleep(30)\n")
+    assert r.returncode == 7, r.stderr[-2000:]
+    assert "exits with return code = 7" in r.stdout
