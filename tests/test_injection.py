@@ -61,11 +61,11 @@ def stubs(tmp_path_factory):
     d = tmp_path_factory.mktemp("stubs")
     stub_text = {
         "hostname": "#!/bin/sh\necho stubhost\n",
-        # `python -u -m deepspeed.launcher.launch ...` (the local launch line) records its argv; any
+        # `python -u -m hpc_launch.ds_launcher ...` (the local launch line) records its argv; any
         # other python call (the entrypoint's lookup) answers where the entrypoint is
         "python": STUB.replace(
             'out="$STUB_OUT"',
-            'out="$STUB_OUT"\nif [ "${3-}" != deepspeed.launcher.launch ]; '
+            'out="$STUB_OUT"\nif [ "${3-}" != hpc_launch.ds_launcher ]; '
             "then echo /site-packages/hpc_launch/train_entry.py; exit 0; fi",
         ),
     }
