@@ -461,7 +461,10 @@ def _discover(dirs: Tuple[Path, ...]) -> Tuple[_Found, Dict[str, ProfileError]]:
     cache = ParsedCache()
     for directory in dirs:
         if directory.is_dir():
-            for path in sorted(directory.glob("*.yaml")):
+            # what glob("*.yaml") finds, without its pattern machinery (~1 ms of a dry-run)
+            with os.scandir(directory) as entries:
+                paths = sorted(directory / e.name for e in entries if e.name.endswith(".yaml"))
+            for path in paths:
                 try:
                     _add(found, cache.read(path), path)
                 except ProfileError as exc:

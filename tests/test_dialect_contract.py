@@ -89,6 +89,17 @@ def test_a_directive_key_is_the_dialects_own_rule():
     assert lsf.merge_directives(["-W 10:00", "-n 4"], ["-W 20:00"]) == ["-W 20:00", "-n 4"]
 
 
+def test_slurm_keys_a_long_option_by_the_prefix_sbatch_reads_it_by():
+    slurm = dialects.get("slurm")
+    assert slurm.directive_key("--parti=big") == "--partition" and slurm.directive_keys("--ti=1") == ["--ti"]
+    assert slurm.directive_key("--nod=1") == "--nod"  # ambiguous: sbatch refuses it itself
+    assert slurm.directive_key("--time-m=5") == "--time-min" and slurm.directive_key("--time=5") == "--time"
+    assert slurm.merge_directives(["--partition=batch", "--nodes=2"], ["--parti=debug"]) == [
+        "--parti=debug",
+        "--nodes=2",
+    ]
+
+
 def test_doctor_reads_each_schedulers_failure_wording_from_its_dialect():
     keys = {c.key for c in doctor.CAUSES}
     for d in dialects.all_dialects():

@@ -239,6 +239,9 @@ def test_an_option_given_empty_is_refused_not_read_as_its_default(option):
         ("abci", dict(directives=["-l place=pack,walltime=200:00:00"]), ["use --walltime"]),
         ("frontier", dict(directives=["-t 99:00:00"]), ["use --walltime"]),  # sbatch's -t is --time
         ("frontier", dict(directives=["-N 9999"]), ["use --nodes"]),
+        # sbatch reads an unambiguous prefix of a long option as the option (getopt_long)
+        ("frontier", dict(directives=["--parti=nosuch"]), ["--parti=nosuch", "use --queue"]),
+        ("frontier", dict(directives=["--gpus-per-n=99"]), ["--gpus-per-n=99", "use --gpus-per-node"]),
         # bounds
         ("slurm", dict(walltime="400d"), ["more than a year", "--chain"]),
         ("slurm", dict(walltime="99999999999h"), ["more than a year"]),
