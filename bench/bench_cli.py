@@ -77,15 +77,19 @@ def bench_dry_run(python: str, cli: str, runs: int, env: dict, cwd: Path) -> Non
     print(f"== (a) submit --dry-run vs `python -c 'import jinja2, yaml'` ({runs} cold processes each, interleaved)")
     base_argv, dry_argv, version_argv = [python, *BASELINE], [cli, *DRY_RUN], [cli, "--version"]
     typer_env = dict(env, HPC_LAUNCH_NO_FAST="1")  # the same command line through typer
+    # a returning user's: a job store exists, so the remembered bad hosts are read from it
+    store_env = dict(env, HPC_LAUNCH_STATE_DIR=str(Path(env["HPC_LAUNCH_STATE_DIR"]) / "returning"))
+    subprocess.run([python, "-c", "from hpc_launch.records import JobStore; JobStore()"], env=store_env, check=True)
     wall(base_argv, env, cwd), wall(dry_argv, env, cwd), wall(version_argv, env, cwd)  # warm caches and .pyc files
-    base, dry, version, typer = [], [], [], []
-    cpu: dict = {id(sink): [] for sink in (base, dry, version, typer)}
+    base, dry, version, typer, stored = [], [], [], [], []
+    cpu: dict = {id(sink): [] for sink in (base, dry, version, typer, stored)}
     for i in range(runs):
         four = [
             (base, base_argv, env),
             (dry, dry_argv, env),
             (version, version_argv, env),
             (typer, dry_argv, typer_env),
+            (stored, dry_argv, store_env),
         ]
         for sink, argv, run_env in four if i % 2 == 0 else four[::-1]:  # alternate which goes first
             sink.append(wall(argv, run_env, cwd))
@@ -112,6 +116,12 @@ def bench_dry_run(python: str, cli: str, runs: int, env: dict, cwd: Path) -> Non
     print(
         f"  CPU time (user+sys), medians: baseline {ms(cb).strip()}, dry-run {ms(cd).strip()} ({cd / cb:.2f}x), "
         f"through typer {ms(ct).strip()} ({ct / cb:.2f}x)   (steadier than wall time on a loaded machine)"
+    )
+    st = statistics.median(stored)
+    cs = statistics.median(cpu[id(stored)])
+    print(
+        f"  the dry-run with a job store {ms(st)}  ratio {st / b:5.2f}x   (a returning user: the remembered bad "
+        f"hosts are read; CPU {cs / cb:.2f}x)"
     )
     v = statistics.median(version)
     print(f"  hpc-launch --version       {ms(v)}  ratio {v / b:5.2f}x   (typer: no fast path)")

@@ -7,22 +7,22 @@ once, so: WAL journal, a busy timeout, and short `BEGIN IMMEDIATE` write transac
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shlex
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Union
+
+import msgspec
+from msgspec import field
+from msgspec.structs import asdict
 
 from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound, StoreError
 from hpc_launch.paths import store_path
 from hpc_launch.states import TERMINAL, JobState
-
-log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_S = 30.0
@@ -30,8 +30,7 @@ _JSON_FIELDS = {"submit_argv": list, "extra": dict}  # column -> the type its JS
 _KEY_FIELDS = ("cluster", "job_id")
 
 
-@dataclass
-class JobRecord:
+class JobRecord(msgspec.Struct):
     job_id: str
     cluster: str
     dialect: str
@@ -64,8 +63,7 @@ class JobRecord:
         return os.path.basename(self.script_path)
 
 
-@dataclass(frozen=True)
-class BadHost:
+class BadHost(msgspec.Struct, frozen=True):
     cluster: str
     host: str
     reason: str  # what the job that found it said: "preflight: eth0 has no IPv4 address", "hang", ...
@@ -99,8 +97,8 @@ class DamagedRecord(StoreError):
         )
 
 
-_COLUMNS = [f.name for f in fields(JobRecord)]
-_BAD_HOST_COLUMNS = [f.name for f in fields(BadHost)]
+_COLUMNS = list(JobRecord.__struct_fields__)
+_BAD_HOST_COLUMNS = list(BadHost.__struct_fields__)
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 # Each entry upgrades the schema by one version; append, never edit.
 _MIGRATIONS = [
@@ -257,7 +255,11 @@ class JobStore:
                 "SELECT submit_time FROM jobs WHERE cluster = ? AND job_id = ?", (rec.cluster, rec.job_id)
             ).fetchone()
             if old is not None:
-                log.warning("job id %s on %s was already recorded; replacing the old record", rec.job_id, rec.cluster)
+                import logging  # only here: a dry-run reads the store and never warns
+
+                logging.getLogger(__name__).warning(
+                    "job id %s on %s was already recorded; replacing the old record", rec.job_id, rec.cluster
+                )
             db.execute(
                 f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})",
                 [row[c] for c in _COLUMNS],

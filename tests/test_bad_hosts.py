@@ -246,9 +246,8 @@ def test_only_a_slurm_chain_link_carries_the_hand_off_to_the_next_link():
 
 
 def test_a_waiting_link_keeps_the_hosts_it_was_submitted_to_avoid(store, tmp_path):
-    from dataclasses import replace
-
     from fakes import FakeTransport
+    from msgspec.structs import replace
 
     first = replace(_record(tmp_path), extra={"chain": "c1", "link": 1, "excluded": ["n5"]})
     later = replace(first, job_id="10", state="queued", extra={"chain": "c1", "link": 2, "excluded": ["n5"]})

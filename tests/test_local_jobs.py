@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hpc_launch import dialects, jobs
@@ -114,7 +115,7 @@ def test_a_reused_pid_is_not_the_job_and_cancel_never_signals_it(tmp_path, store
     other_id, other_script = _start(tmp_path, "sleep 30\n", name="train-other.sh")
     store.update("local", job_id, state="queued")
     rec = store.get(job_id, "local")
-    forged = JobRecord(**{**rec.__dict__, "job_id": other_id, "exit_path": rec.exit_path})
+    forged = msgspec.structs.replace(rec, job_id=other_id, exit_path=rec.exit_path)
     store.add(forged)
     result = jobs.cancel(store, store.get(other_id, "local"), LocalTransport(), sleep=lambda s: None)
     assert result.state == JobState.DONE and "had already ended" in result.message

@@ -384,7 +384,7 @@ def hosts(
     ),
 ) -> None:
     """Hosts that jobs found bad (start-up check, watchdog, node failure), avoided until they expire."""
-    import dataclasses
+    import msgspec
 
     from ..records import JobStore
 
@@ -394,7 +394,7 @@ def hosts(
         return
     found = store.bad_hosts(cluster)
     if json_:
-        print_json([dataclasses.asdict(b) for b in found])
+        print_json([msgspec.structs.asdict(b) for b in found])
         return
     import time
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, replace
+
+from msgspec.structs import replace as replace_struct
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .. import dialects, notify_relay
@@ -401,7 +403,7 @@ def state_poller(
         if got.state == JobState.QUEUED and start != seen["start"] and on_start is not None:
             at_rest = {k: v for k, v in (current.extra or {}).items() if k != START_KEY}
             on_start(
-                replace(
+                replace_struct(
                     current,
                     state=got.state.value,
                     extra={**at_rest, START_KEY: {"at": got.estimated_start, "reason": got.pending_reason}},
