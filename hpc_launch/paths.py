@@ -56,6 +56,12 @@ def store_path() -> Path:
     return user_dir("state") / "jobs.sqlite"
 
 
+def no_bad_hosts_marker(store: Path) -> Path:
+    """Beside the job store: present only while it remembers no bad host (records.JobStore keeps
+    it so, under its write lock), so a submit learns that without opening sqlite."""
+    return store.with_name(store.name + ".no-bad-hosts")
+
+
 def clusters_dirs() -> List[Path]:
     dirs = [_shipped("clusters"), user_config_dir() / "clusters"]
     extra = os.environ.get("HPC_LAUNCH_CLUSTERS_DIR")

@@ -94,10 +94,11 @@ def job_workdir(spec: JobSpec, host: str, cwd: Optional[str]) -> str:
 def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
     """Hosts an earlier job on `cluster` found bad, not yet expired; none when no store exists yet
     (a dry-run creates nothing)."""
-    from .paths import store_path
+    from .paths import no_bad_hosts_marker, store_path
 
-    if not store_path().exists():
-        return []  # without importing the store (sqlite3, logging): what a dry-run mostly meets
+    store = store_path()
+    if not store.exists() or no_bad_hosts_marker(store).exists():
+        return []  # without importing the store (sqlite3): what a submit mostly meets
     from .records import JobStore
 
     try:

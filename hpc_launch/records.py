@@ -21,7 +21,7 @@ from msgspec import field
 from msgspec.structs import asdict
 
 from hpc_launch.errors import AmbiguousJob, HpcLaunchError, JobNotFound, StoreError
-from hpc_launch.paths import store_path
+from hpc_launch.paths import no_bad_hosts_marker, store_path
 from hpc_launch.states import TERMINAL, JobState
 
 SCHEMA_VERSION = 3
@@ -218,6 +218,17 @@ class JobStore:
             elif current < SCHEMA_VERSION:
                 db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
             self._check_tables(db)
+            db.execute("DELETE FROM bad_hosts WHERE until <= ?", (time.time(),))  # expired: never shown again
+            self._mark_bad_hosts(db)
+
+    def _mark_bad_hosts(self, db: sqlite3.Connection) -> None:
+        """The no-bad-hosts marker (paths.no_bad_hosts_marker) as the table is; inside a write
+        transaction, so no insert can come between the count and the marker."""
+        marker = no_bad_hosts_marker(self.path)
+        if db.execute("SELECT count(*) FROM bad_hosts").fetchone()[0]:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.touch(mode=0o600)
 
     def _check_tables(self, db: sqlite3.Connection) -> None:
         """A store whose schema version is current but whose tables were dropped or changed would
@@ -348,6 +359,7 @@ class JobStore:
         """Remember `reasons` (host -> why) for `ttl_s`; a host seen bad again gets the new reason."""
         now = time.time()
         with self._write() as db:
+            no_bad_hosts_marker(self.path).unlink(missing_ok=True)  # before the rows: never a marker beside them
             for host, reason in reasons.items():
                 db.execute(
                     "INSERT OR REPLACE INTO bad_hosts (cluster, host, "
@@ -375,7 +387,9 @@ class JobStore:
             sql += f" AND host IN ({', '.join('?' for _ in hosts)})"
             args += list(hosts)
         with self._write() as db:
-            return db.execute(sql, args).rowcount
+            forgotten = db.execute(sql, args).rowcount
+            self._mark_bad_hosts(db)
+            return forgotten
 
     def close(self) -> None:
         with self._lock:

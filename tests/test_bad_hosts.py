@@ -5,6 +5,7 @@ words when the job ends."""
 
 from __future__ import annotations
 
+import os
 import socket
 import stat
 import subprocess
@@ -86,6 +87,46 @@ def test_spares_are_allocated_and_checked_against_the_queue(store):
         prepare(JobSpec(cluster="slurm", nodes=2, spares=1, login="local", workdir="/w"))
     with pytest.raises(SpecError, match="--spares must be a whole number"):
         prepare(JobSpec(cluster="abci", nodes=2, spares=-1, group="g", login="local", workdir="/w"))
+
+
+def test_a_submit_learns_there_is_no_bad_host_without_opening_the_store(store, tmp_path):
+    """The marker beside the store says "no bad host" only while that is true: a submit then
+    skips sqlite; an insert removes it first, forgetting the last host brings it back, and a store
+    without it (written before it existed) is read as before."""
+    import subprocess
+    import sys
+
+    from hpc_launch.paths import no_bad_hosts_marker, store_path
+    from hpc_launch.prepare import remembered_bad_hosts
+
+    marker = no_bad_hosts_marker(store_path())
+    assert marker.exists() and remembered_bad_hosts("slurm") == []
+    probe = (
+        "import sys; from hpc_launch.prepare import remembered_bad_hosts as r; "
+        "print(r('slurm'), 'sqlite3' in sys.modules)"
+    )
+    env = {**os.environ, "HPC_LAUNCH_STATE_DIR": str(tmp_path / "state")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "False"]  # answered without sqlite
+    store.add_bad_hosts("slurm", {"n3": "hang"}, "12", ttl_s=3600)
+    assert not marker.exists() and [b.host for b in remembered_bad_hosts("slurm")] == ["n3"]
+    store.add_bad_hosts("slurm", {"n4": "hang"}, "13", ttl_s=3600)
+    store.forget_bad_hosts("slurm", ["n3"])
+    assert not marker.exists()  # n4 is still remembered
+    store.forget_bad_hosts("slurm")
+    assert marker.exists() and remembered_bad_hosts("slurm") == []
+    marker.unlink()  # a store an older hpc-launch wrote: read as before, and marked at its next open
+    assert remembered_bad_hosts("slurm") == [] and marker.exists()
+
+
+def test_expired_bad_hosts_are_dropped_and_the_marker_follows(store):
+    from hpc_launch.paths import no_bad_hosts_marker, store_path
+
+    store.add_bad_hosts("slurm", {"n3": "hang"}, "12", ttl_s=0.01)
+    assert not no_bad_hosts_marker(store_path()).exists()
+    time.sleep(0.05)
+    JobStore()  # any later open
+    assert no_bad_hosts_marker(store_path()).exists() and store.bad_hosts() == []
 
 
 def _record(tmp: Path, dialect: str = "slurm") -> JobRecord:
