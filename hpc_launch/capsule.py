@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
-import msgspec
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+import msgspec
 
 
 from . import __version__

@@ -7,8 +7,9 @@ variable names), and how the job's environment reaches remote ranks. Code asks t
 
 from __future__ import annotations
 
-import msgspec
 from typing import Dict, List, Tuple
+
+import msgspec
 
 
 class Launcher(msgspec.Struct, frozen=True):

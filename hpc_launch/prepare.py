@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import msgspec
-from msgspec.structs import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+
+import msgspec
+from msgspec.structs import replace
 
 from . import dialects, profiles
 from .errors import HpcLaunchError, SpecError

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from typing import Dict, Iterable, List, Optional
+
 import msgspec
 from msgspec import field
 from msgspec.structs import replace
-from typing import Dict, Iterable, List, Optional
 
 from . import __version__, dialects, launchers, protocol
 from .errors import SpecError, TemplateError

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Any, Dict, List, Optional
+
 import msgspec
 from msgspec import field
 from msgspec.structs import replace
-from typing import Any, Dict, List, Optional
 
 from . import dialects, launchers, site_rules
 from .errors import SpecError

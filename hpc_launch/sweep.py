@@ -14,10 +14,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from msgspec.structs import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from msgspec.structs import replace
 
 from .errors import SpecError
 from .plan import AXES, FLAGS, check_points, entry_choices, label, undefined

@@ -10,8 +10,9 @@ SchedulerError only for an answer it cannot read. The contract, hook by hook, is
 from __future__ import annotations
 
 import re
-import msgspec
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import msgspec
 
 from ..errors import SchedulerError
 from ..states import JobState

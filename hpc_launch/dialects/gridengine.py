@@ -10,8 +10,9 @@ qacct(1) are sge_status(5)'s table (source/common/execution_states.c).
 from __future__ import annotations
 
 import re
-from msgspec.structs import replace
 from typing import Dict, Iterable, List, Optional, Sequence
+
+from msgspec.structs import replace
 
 from ..errors import SchedulerError
 from ..states import JobState

@@ -20,9 +20,10 @@ import secrets as token
 import time
 from dataclasses import dataclass
 
-from msgspec.structs import replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from msgspec.structs import replace
 
 from ..errors import HpcLaunchError, ProfileError, SchedulerError, SpecError, TransportError
 from ..protocol import EXIT_LOST_START, POLL

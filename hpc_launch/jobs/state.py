@@ -20,8 +20,9 @@ import re
 import time
 from dataclasses import dataclass, replace
 
-from msgspec.structs import replace as replace_struct
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from msgspec.structs import replace as replace_struct
 
 from .. import dialects, notify_relay
 from ..dialects import Dialect, StatusInfo
