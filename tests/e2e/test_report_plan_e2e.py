@@ -10,7 +10,6 @@ import math
 import re
 import shlex
 import statistics
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,9 @@ LIMIT = 300  # tb-slurm's `short`: at most 5 minutes a job (the real partition's
 
 
 def _from_log(text: str) -> dict:
-    started = datetime.strptime(
-        re.search(r"^\[hpc-launch\] job \S+ on \S+ at (\S+?),", text, re.M).group(1), "%Y-%m-%dT%H:%M:%S%z"
-    ).timestamp()
-    wall, ended = re.search(r"^training finished: steps=\d+ wall_s=([\d.]+) ended_at=(\d+)", text, re.M).groups()
+    # the prologue's t= (bash's EPOCHREALTIME) and the trainer's ended_at, both to the millisecond or finer
+    started = float(re.search(r"^\[hpc-launch\] job \S+ on \S+ at \S+, .*?, t=([\d.]+),", text, re.M).group(1))
+    wall, ended = re.search(r"^training finished: steps=\d+ wall_s=([\d.]+) ended_at=([\d.]+)", text, re.M).groups()
     line = re.search(r"^training \S+ on \S+: world=(\d+) .* global=(\d+) .* steps/epoch=(\d+)", text, re.M)
     sps = re.findall(r"avg_samples_per_sec=([\d.]+)", text)[-1]
     return {
@@ -36,7 +34,7 @@ def _from_log(text: str) -> dict:
         "global": int(line.group(2)),
         "steps_per_epoch": int(line.group(3)),
         "sps": float(sps),
-        "startup": max(0.0, int(ended) - float(wall) - started),
+        "startup": max(0.0, float(ended) - float(wall) - started),
     }
 
 
