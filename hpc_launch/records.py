@@ -164,9 +164,12 @@ class JobStore:
         return f"move it aside (mv {self.path} {self.path}.broken) and run `hpc-launch adopt` for jobs you still need"
 
     def _open(self) -> None:
-        if not self.path.parent.exists():
+        try:
             # Records name paths and command lines: keep them private to the user.
             self.path.parent.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            pass  # there already, or made a moment ago by another hpc-launch (twenty submits at once)
+        else:
             os.chmod(self.path.parent, 0o700)  # mkdir's mode is filtered by umask
         if not self.path.exists():
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))

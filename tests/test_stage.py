@@ -276,7 +276,7 @@ def test_nodes_whose_names_do_not_resolve_find_their_parent_by_its_announced_add
     hosts = ["node-a.invalid", "node-b.invalid", "node-c.invalid"]
     hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
     dest = str(tmp_path / "local" / "{host}" / "env")
-    plain = _run_nodes(hostfile, token, src, dest, 3, extra={i: ["--timeout", "3"] for i in range(3)})
+    plain = _run_nodes(hostfile, token, src, dest, 3, extra={i: ["--timeout", "1"] for i in range(3)})
     assert plain[1].returncode == 3 and "node-a.invalid" in plain[1].stderr  # before: no way to reach node 0
     board = tmp_path / "addrs"
     board.mkdir()
