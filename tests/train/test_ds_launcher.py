@@ -25,7 +25,8 @@ def _launch(tmp_path, body: str):
 
 def test_success_is_zero_and_every_line_is_there(tmp_path):
     # one write per line: print() writes its words one by one, and two ranks' words interleave
-    r = _launch(tmp_path, "import os\nos.write(1, f\"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}\\n\".encode())\n")
+    line = "os.write(1, f\"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}\\n\".encode())"
+    r = _launch(tmp_path, f"import os\n{line}\n")
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     ranks = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
     assert ranks == ["rank 0 of 2", "rank 1 of 2"], r.stdout[-3000:]
