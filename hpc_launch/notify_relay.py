@@ -148,7 +148,10 @@ def _send(
         return notify_outbox.parse_sent(_read(transport, sent_path)), down[via]
     lock = outbox + notify_outbox.LOCK_SUFFIX
     if not _lock(transport, lock):
-        return notify_outbox.parse_sent(_read(transport, sent_path)), "another hpc-launch is sending them now"
+        sent = notify_outbox.parse_sent(_read(transport, sent_path))
+        # the relay holding the lock may already have sent them all: then there is nothing to say
+        # (a stale "sending now" would stay on a job whose messages are done, and never be looked at again)
+        return sent, "" if all(e.id in sent for e in pending) else "another hpc-launch is sending them now"
     try:
         sent = notify_outbox.parse_sent(_read(transport, sent_path))  # what a relay before us sent
         for entry in pending:

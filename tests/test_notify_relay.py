@@ -392,6 +392,33 @@ def test_the_relay_sends_only_to_the_scripts_variable_and_only_under_its_lock(tm
     assert not os.path.exists(outbox + ".lock")
 
 
+def test_messages_another_relay_sent_while_it_still_holds_the_lock_are_simply_sent(tmp_path):
+    """Three `status` at once (CI): one relay sent both messages and had not yet let go of the
+    lock when another looked; that one must count them sent, not leave "sending them now" on a job
+    whose notifications are done (a done job is not looked at again)."""
+    import os
+
+    from hpc_launch.records import JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    rec, outbox, transport = _a_job(tmp_path, store, end_time=time.time())
+    for event in ("start", "end"):
+        notify_outbox.append(outbox, _entry(event))
+    store.update("local", "5", extra={notify_relay.KEY: {"via": "MY_WEBHOOK", "pending": 2}})  # as a job ends
+    os.mkdir(outbox + ".lock")  # the other relay holds the lock ...
+    sent = tmp_path / (os.path.basename(outbox) + ".sent")
+
+    class Racing(type(transport)):
+        def run(self, argv, **kw):
+            if argv[:1] == ["mkdir"]:  # ... and writes what it sent just before this relay tries the lock
+                sent.write_text(notify_outbox.sent_text(["5.start.1", "5.end.1"]))
+            return super().run(argv, **kw)
+
+    notify_relay.relay(store, [store.get("5", "local")], Racing(), {"MY_WEBHOOK": "http://127.0.0.1:9/never"})
+    got = store.get("5", "local").extra[notify_relay.KEY]
+    assert (got["sent"], got["pending"], got["why"], got["done"]) == (2, 0, "", True)
+
+
 def test_an_end_that_never_came_is_said_and_then_no_longer_looked_for(tmp_path):
     from hpc_launch.records import JobStore
 
