@@ -72,13 +72,19 @@ def _race(tmp_path: Path, gates: dict, rounds: int) -> list:
         for cluster, gate in gates.items():
             body = gate.replace("/CLAIM", str(claim))
             script = f"while [ ! -e {go} ]; do :; done\nJOB_ID=1{r}\n{body}\necho TRAINS\n"
-            procs[cluster] = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True)
+            procs[cluster] = subprocess.Popen(
+                ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
         time.sleep(0.2)
         go.touch()
         outs = {c: (p.communicate(timeout=30)[0], p.returncode) for c, p in procs.items()}
         trained = [c for c, (out, rc) in outs.items() if "TRAINS" in out and rc == 0]
         lost = [c for c, (out, rc) in outs.items() if rc == EXIT_LOST_START and "another cluster started" in out]
         assert len(trained) == 1 and len(lost) == len(gates) - 1, outs
+        # a loser of the same instant names the winner (it waits for the owner file the winner
+        # writes just after its mkdir: CI once saw "No such file" and "a job starting job ?")
+        for c in lost:
+            assert f"({trained[0]} job 1{r})" in outs[c][0] and "No such file" not in outs[c][0], outs[c]
         assert (claim / "owner").read_text().split()[0] == trained[0]
         winners.append(trained[0])
     return winners
