@@ -18,6 +18,34 @@ pytestmark = pytest.mark.train
 BATCH = resolve_batch(2, 32)
 
 
+def _one_rank(tmp_path, body: str, last_line: str) -> None:
+    """Run `body` as one DeepSpeed rank over gloo (a process group of one, DeepSpeed's shm op
+    skipped) in its own interpreter; it must end by printing `last_line`."""
+    prelude = textwrap.dedent(
+        """
+        import os
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        import deepspeed
+        from train import ds_startup
+        ds_startup.skip_shm_comm_op()
+        deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
+        """
+    )
+    path = tmp_path / "rank.py"
+    path.write_text(prelude + body)
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env={**child_env(), "PORT": str(free_port())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith(last_line), done.stdout[-3000:]
+
+
 def test_zero0_fp32_clipping_moves_from_deepspeed_to_the_trainer():
     cfg = build_config(batch=BATCH, zero=0, on_cpu=True)
     ds_cfg, max_norm = own_clipping(cfg, 1.0)
@@ -44,14 +72,8 @@ def test_torch_clipping_after_the_all_reduce_equals_deepspeeds(tmp_path):
     all-reduce averages a norm that is already the same on every rank)."""
     script = textwrap.dedent(
         """
-        import os
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         import torch, deepspeed
         from deepspeed.runtime.utils import clip_grad_norm_
-        from train import ds_startup
-        ds_startup.skip_shm_comm_op()
-        deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
         torch.manual_seed(0)
         for scale in (0.01, 100.0):  # below the max norm (left as is) and above it (scaled down)
             a = [torch.nn.Parameter(torch.randn(n)) for n in (7, 300, 5000)]
@@ -66,18 +88,7 @@ def test_torch_clipping_after_the_all_reduce_equals_deepspeeds(tmp_path):
         print("same")
         """
     )
-    path = tmp_path / "clip.py"
-    path.write_text(script)
-    done = subprocess.run(
-        [sys.executable, str(path)],
-        cwd=tmp_path,
-        env={**child_env(), "PORT": str(free_port())},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stdout[-2000:]
+    _one_rank(tmp_path, script, "same")
 
 
 def test_a_stop_asked_before_the_first_step_ends_every_rank_at_the_first_log_step(tmp_path):
@@ -124,14 +135,8 @@ def test_the_fused_adamw_the_preset_asks_for_reaches_torch_and_updates_alike(tmp
     leave the same parameters as the loop-of-ops AdamW (bench/bench_train.py: the step's cost)."""
     script = textwrap.dedent(
         """
-        import os
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         import torch, deepspeed
-        from train import ds_startup
         from train.ds_config import build_config, fused_adamw_available, resolve_batch
-        ds_startup.skip_shm_comm_op()
-        deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
         assert fused_adamw_available("cpu")
         for zero in (0, 1, 2):
             finals = {}
@@ -155,18 +160,7 @@ def test_the_fused_adamw_the_preset_asks_for_reaches_torch_and_updates_alike(tmp
         print("all same")
         """
     )
-    path = tmp_path / "fused.py"
-    path.write_text(script)
-    done = subprocess.run(
-        [sys.executable, str(path)],
-        cwd=tmp_path,
-        env={**child_env(), "PORT": str(free_port())},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("all same"), done.stdout[-3000:]
+    _one_rank(tmp_path, script, "all same")
 
 
 def test_a_users_foreach_choice_drops_the_presets_fused():
@@ -199,15 +193,9 @@ def test_channels_last_trains_to_the_same_parameters_under_every_zero_stage(tmp_
     ten steps under ZeRO 0-3 leave the same parameters and BatchNorm statistics."""
     script = textwrap.dedent(
         """
-        import os
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         import torch, deepspeed
-        from train import ds_startup
         from train.ds_config import build_config, resolve_batch
         from train.models import build_model
-        ds_startup.skip_shm_comm_op()
-        deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
         for zero in (0, 1, 2, 3):
             finals = {}
             for layout in (torch.channels_last, torch.preserve_format):
@@ -231,15 +219,4 @@ def test_channels_last_trains_to_the_same_parameters_under_every_zero_stage(tmp_
         print("all same")
         """
     )
-    path = tmp_path / "layout.py"
-    path.write_text(script)
-    done = subprocess.run(
-        [sys.executable, str(path)],
-        cwd=tmp_path,
-        env={**child_env(), "PORT": str(free_port())},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("all same"), done.stdout[-3000:]
+    _one_rank(tmp_path, script, "all same")
