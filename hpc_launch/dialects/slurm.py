@@ -15,6 +15,7 @@ from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
 from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, WouldStart, last_matching_line
+from .slurm_options import long_option
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
 _CODES: Dict[str, Tuple[str, JobState, str]] = {
@@ -160,27 +161,6 @@ def exit_status(value: str) -> Optional[int]:
     return 128 + sig if sig and not code else code
 
 
-# Every long option sbatch 22.05.8 (Debian 12, the testbed) takes, as its getopt_long answers
-# `sbatch --a` ... `sbatch --z` ("option '--a' is ambiguous; possibilities: ..."), with
-# --job-name, --kill-on-invalid-dep and --licenses, the unique ones (f, x, y, z: none). Hidden ones
-# (--bbf, --context, --delay-boot, ...) count: they make a prefix ambiguous. The testbed e2e asks
-# the real sbatch again (tests/e2e/test_site_rules_e2e.py).
-SBATCH_LONG_OPTIONS = (
-    "account acctg-freq array batch begin bb bbf cluster-constraint chdir cluster clusters comment "
-    "container context contiguous constraint core-spec cores-per-socket cpu-freq cpus-per-gpu "
-    "cpus-per-task deadline delay-boot dependency distribution error exclude exclusive export "
-    "export-file extra-node-info get-user-env gid gpu-bind gpu-freq gpus gpus-per-node "
-    "gpus-per-socket gpus-per-task gres gres-flags help hint hold ignore-pbs input job-name "
-    "kill-on-invalid-dep licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu "
-    "mincpus network nice no-kill no-requeue nodefile nodelist nodes ntasks ntasks-per-core "
-    "ntasks-per-gpu ntasks-per-node ntasks-per-socket ntasks-per-tres open-mode output overcommit "
-    "oversubscribe parsable partition power prefer priority profile propagate qos quiet reboot "
-    "requeue reservation signal sockets-per-node spread-job switches tasks-per-node test-only "
-    "thread-spec threads-per-core time time-min tmp uid use-min-nodes usage verbose version wait "
-    "wait-all-nodes wckey wrap"
-).split()
-
-
 class Slurm(Dialect):
     name = "slurm"
     title = "Slurm"
@@ -218,12 +198,7 @@ class Slurm(Dialect):
         """A long option as sbatch reads it: getopt_long takes any unambiguous prefix, so
         `--parti=big` is `--partition=big` and must meet the same checks (an ambiguous one,
         `--nod=1`, sbatch refuses itself)."""
-        key = super().directive_key(text)
-        if key.startswith("--") and key[2:] not in SBATCH_LONG_OPTIONS:
-            found = [o for o in SBATCH_LONG_OPTIONS if o.startswith(key[2:])]
-            if len(found) == 1:
-                return "--" + found[0]
-        return key
+        return long_option(super().directive_key(text))
 
     # squeue: `Invalid job id specified`; scancel -v: `Job/step already completing or completed`
     unknown_job_patterns = (r"invalid job id", r"already completing or completed")

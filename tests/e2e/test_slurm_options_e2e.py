@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from hpc_launch.dialects.slurm import SBATCH_LONG_OPTIONS
+from hpc_launch.dialects.slurm_options import SBATCH_LONG_OPTIONS
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.beside]
 
