@@ -1,11 +1,14 @@
 """Where each node of a staging job stands (hpc_launch/stage.py): the binary tree over the hostfile
-(who feeds whom), this node's place in it, its copy's path, and a copied venv made to name that path.
+(who feeds whom), this node's place in it, how it finds its parent's address, its copy's path, and a
+copied venv made to name that path.
 Standard library only: it runs inside jobs, before the environment is usable."""
 
 from __future__ import annotations
 
 import os
 import socket
+import struct
+import time
 from typing import Dict, List, Optional
 
 RELOCATE_MAX = 1 << 20  # bin/ files larger than this are binaries, never rewritten
@@ -83,6 +86,48 @@ def read_addrs(path: str) -> Dict[str, str]:
     writes them from the scheduler's NodeAddr, one query for all nodes)."""
     with open(path) as fh:
         return {w[0]: w[1] for w in (line.split() for line in fh) if len(w) >= 2}
+
+
+def interface_address(net_if: str) -> str:
+    """The IPv4 address of `net_if` on this node (SIOCGIFADDR), as the job's rendezvous reads it."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", net_if.encode()[:15]))
+        except OSError as err:
+            why = f"network interface {net_if} (profile key net_if) has no IPv4 address here"
+            raise StageError(f"{why}: {err.strerror or err}") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def announce(directory: str, index: int, address: str) -> None:
+    """This node's address where the others find it: a file in the job's shared work dir, for node
+    names that do not resolve between nodes (the testbed's PBS; the job's token is there already)."""
+    path = os.path.join(directory, str(index))
+    with open(f"{path}.tmp", "w") as fh:
+        fh.write(address + "\n")
+    os.replace(f"{path}.tmp", path)
+
+
+def announced(directory: str, index: int, name: str, deadline: float) -> str:
+    """The parent's address: its name where it resolves, else what it announced (waited for)."""
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        pass
+    path = os.path.join(directory, str(index))
+    while True:
+        try:
+            with open(path) as fh:
+                address = fh.read().strip()
+            if address:
+                return address
+        except FileNotFoundError:
+            pass
+        if time.monotonic() >= deadline:
+            raise StageError(f"{name} neither resolves nor announced its address (not started?)")
+        time.sleep(0.2)
 
 
 def relocate(root: str, old: str, new: str) -> int:
