@@ -1,32 +1,30 @@
-"""Throughput per GPU on a GPU machine: the entrypoint through `hpc-launch sweep` (ZeRO 0-3) against
-plain PyTorch DDP on the same model, data pipeline, micro-batch and step count, in one run.
+"""The one-shot GPU check, first thing on any lent GPU machine: the entrypoint through `hpc-launch sweep`
+(ZeRO 0-3) against a hand-written PyTorch DDP loop on the same model, micro-batch and steps, in one run,
+for ResNet-50 (images/s) and a GPT of 124M parameters (tokens/s), bf16. One command, about 6 minutes on one
+H100, prints the table and writes DIR/gpu-bench.md:
 
-    python bench/bench_gpu.py --out DIR                      # ResNet-50, bf16, 224 px, ZeRO 0,1,2,3
-    python bench/bench_gpu.py --out DIR --zero 0 --steps 30  # shorter
+    python bench/bench_gpu.py --out DIR                     # both workloads, ZeRO 0,1,2,3
+    python bench/bench_gpu.py --out DIR --workloads gpt --zero 0,1
 
-Needs torch with CUDA, deepspeed and hpc-launch installed in the interpreter that runs it (the jobs
-run in that same environment: the `local` dialect, one job after another). The machine's profile is
-written to DIR/lent-gpu.yaml from what torch sees (GPU count and memory) and passed to the sweep with
-`--profile`, so the sweep's own checks (DeepSpeed's config validator, the memory estimate) run too.
+Needs torch with CUDA, deepspeed, torchvision, transformers and hpc-launch importable by the interpreter
+that runs it (the jobs run in that same environment: the `local` dialect, one job after another). The
+machine's profile is written to DIR/lent-gpu.yaml from what torch sees and passed to the sweep with
+`--profile`, so the sweep's own checks (DeepSpeed's validator, the memory estimate) run too.
 
-Order: DDP, the sweep (one job per ZeRO stage), the variants at --variant-zero (torch's fused AdamW,
-DeepSpeed's FusedAdam: its JIT build shows in "DeepSpeed ready in"), the preset in --also-precision,
-DDP again; the DDP figure is the median of its runs,
-so a drift of the machine between the first and the last run shows as a spread. The baseline is
-PyTorch's own recipe for bf16: `torch.autocast(bfloat16)` over fp32 weights, AdamW (foreach), DDP;
-the entrypoint is DeepSpeed's bf16 mode (bf16 weights, fp32 master weights in the optimizer). Both
-read the same synthetic dataset through the same DistributedSampler loader with the same workers.
-Figures are the running mean of samples/s after the warm-up steps, as the entrypoint's step line and
-`hpc-launch report` give them. Prints a table and writes DIR/gpu-bench.md; exits 0.
+The baseline is PyTorch's own bf16 recipe, written by hand: `torch.autocast(bfloat16)` over fp32 weights,
+torch's fused AdamW, clipping at 1.0 as DeepSpeed's default does, DDP; for ResNet-50 also the same loop
+with model and batches in channels_last (the tuned hand-written loop). Order per workload: DDP, the
+sweep, DDP again (a drift of the machine shows as a spread between the two). Each figure is the median
+of the current speed at three log steps after the warm-up (steps 20, 30 and 40 of 40 by default).
+Why each choice (docs/training.md "On a GPU"): the entrypoint's bf16 is DeepSpeed's torch_autocast for
+models with BatchNorm and DeepSpeed's bf16 weights otherwise (`--bf16-mode auto`), measured by
+bench/bench_gpu_recipes.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -34,7 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-READY = re.compile(r"DeepSpeed ready in ([0-9.]+) s")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# name -> (entrypoint model, DDP worker model, data, unit per sample, per-sample size flag and value, micro)
+WORKLOADS = {
+    "resnet50": {"model": "resnet50", "data": "synthetic", "size": ["--image-size", "224"], "micro": 256, "unit": 1},
+    "gpt": {"model": "gpt-125m", "data": "synthetic-tokens", "size": ["--seq-len", "1024"], "micro": 16, "unit": 1024},
+}
 
 
 def detect() -> dict:
@@ -66,124 +70,198 @@ def write_profile(out: Path, dev: dict) -> Path:
     return path
 
 
-def workload(a) -> list:
+def workload_args(w: dict, a) -> list:
+    samples = w["micro"] * a.gpus * (a.steps + 1)  # one epoch covers every step: no loader restart
     return [
-        "--model", a.model, "--data", "synthetic", "--image-size", str(a.image_size),
-        "--synthetic-samples", str(a.samples), "--micro-batch", str(a.micro_batch),
-        "--steps", str(a.steps), "--log-every", str(a.log_every), "--num-workers", str(a.workers),
-        "--seed", "0",
+        "--model", w["model"], "--data", w["data"], *w["size"], "--synthetic-samples", str(samples),
+        "--micro-batch", str(w["micro"]), "--steps", str(a.steps), "--log-every", str(a.log_every),
+        "--num-workers", str(a.workers), "--seed", "0",
     ]  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------------------
+# the hand-written loop (runs under torchrun)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ddp_model(name: str, channels_last: bool):
+    import torch
+
+    if name == "resnet50":
+        from train.models import build_model
+
+        model = build_model("resnet50", 1000)
+        return model.to(memory_format=torch.channels_last) if channels_last else model
+    from train.tv_compat import import_torchvision
+
+    import_torchvision()  # transformers imports torchvision; on a CPU-only machine it needs the fix
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12, vocab_size=50257)
+    cfg._attn_implementation = "sdpa"
+    return GPT2LMHeadModel(cfg)
+
+
+def _ddp_data(name: str, micro: int, samples: int, seq_or_size: int):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    g = torch.Generator().manual_seed(0)
+    n = max(samples, micro)
+    if name == "resnet50":
+        return TensorDataset(torch.randn(n, 3, seq_or_size, seq_or_size, generator=g), torch.randint(0, 1000, (n,)))
+    return TensorDataset(torch.randint(0, 50257, (n, seq_or_size), generator=g))
+
+
 def ddp_worker(argv) -> None:
-    """Plain DDP on CUDA: same model, dataset, loader, micro-batch; bf16 autocast, AdamW."""
     p = argparse.ArgumentParser()
     for flag in ("--model", "--data"):
         p.add_argument(flag)
-    for flag in ("--image-size", "--synthetic-samples", "--micro-batch", "--steps", "--log-every", "--num-workers"):
-        p.add_argument(flag, type=int)
+    for flag in ("--image-size", "--seq-len", "--synthetic-samples", "--micro-batch", "--steps", "--log-every"):
+        p.add_argument(flag, type=int, default=0)
+    p.add_argument("--num-workers", type=int)
     p.add_argument("--seed", type=int)
+    p.add_argument("--channels-last", action="store_true")
     a = p.parse_args(argv)
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
 
     from hpc_launch.metrics_line import format_step_line
-    from train.data import build_data, micro_batches_per_epoch, train_loader
+    from train.data import train_loader
     from train.metrics import StepMeter
-    from train.models import build_model
 
     local = int(os.environ["LOCAL_RANK"])
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(local)
+        torch.backends.cudnn.benchmark = True
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    data = build_data("synthetic", a.image_size, synthetic_samples=a.synthetic_samples, seed=a.seed)
+    image = a.model == "resnet50"
+    data = _ddp_data(a.model, a.micro_batch, a.synthetic_samples, a.image_size if image else a.seq_len)
     torch.manual_seed(a.seed)
-    model = build_model(a.model, data.num_classes).to(device)
-    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    per_epoch = micro_batches_per_epoch(len(data.train), a.micro_batch, world)
+    raw = _ddp_model(a.model, a.channels_last).to(device)
+    model = torch.nn.parallel.DistributedDataParallel(raw, device_ids=[local] if cuda else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=cuda or None)
+    layout = torch.channels_last if a.channels_last else torch.preserve_format
     meter = StepMeter(a.micro_batch * world)
     step = 0
-    while step < a.steps:
-        loader = train_loader(data.train, a.micro_batch, rank, world, a.seed, step // per_epoch, 0, a.num_workers)
-        for images, labels in loader:
-            if step >= a.steps:
-                break
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-                logits = model(images.to(device, non_blocking=True))
-            loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            step += 1
-            meter.step()
-            if step % a.log_every == 0 or step == a.steps:
-                value = loss.detach().clone()
-                dist.all_reduce(value)  # also the sync that makes the meter's clock honest
-                if rank == 0:
-                    print(
-                        format_step_line(
-                            step=step,
-                            loss=value.item() / world,
-                            samples_per_sec=meter.current,
-                            avg_samples_per_sec=meter.average,
-                            world_size=world,
-                            mem_peak_gb=torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
-                        ),
-                        flush=True,
-                    )
+    for batch in train_loader(data, a.micro_batch, rank, world, a.seed, 0, 0, a.num_workers):
+        if step >= a.steps:
+            break
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            if image:
+                x = batch[0].to(device, non_blocking=True).contiguous(memory_format=layout)
+                loss = F.cross_entropy(model(x).float(), batch[1].to(device, non_blocking=True))
+            else:
+                x = batch[0].to(device, non_blocking=True)
+                loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        meter.step()
+        if step % a.log_every == 0 or step == a.steps:
+            value = loss.detach().float().clone()
+            dist.all_reduce(value)  # also the sync that makes the meter's clock honest
+            if rank == 0:
+                peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
+                line = format_step_line(
+                    step=step,
+                    loss=value.item() / world,
+                    samples_per_sec=meter.current,
+                    avg_samples_per_sec=meter.average,
+                    world_size=world,
+                    mem_peak_gb=peak,
+                )
+                print(line, flush=True)
     dist.destroy_process_group()
 
 
-def run_ddp(a, gpus: int, log: Path) -> float:
-    from hpc_launch.metrics_line import summarise
+# ---------------------------------------------------------------------------------------------------------
+# the runs and the table
+# ---------------------------------------------------------------------------------------------------------
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}"]
-    cmd += [__file__, "--ddp-worker", *workload(a)]
+
+def windows(log_text: str, warm: int) -> tuple:
+    """(current samples/s at each log step after `warm`, highest peak memory GB) from step lines."""
+    from hpc_launch.metrics_line import parse_line
+
+    rates, peak = [], 0.0
+    for line in log_text.splitlines():
+        m = parse_line(line)
+        if not m or "samples_per_sec" not in m:
+            continue
+        peak = max(peak, float(m.get("mem_peak_gb", 0.0) or 0.0))
+        if int(m.get("step", 0)) > warm:
+            rates.append(float(m["samples_per_sec"]))
+    return rates, peak
+
+
+def run_ddp(w: dict, a, log: Path, channels_last: bool) -> dict:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.gpus}"]
+    cmd += [__file__, "--ddp-worker", *workload_args(w, a)] + (["--channels-last"] if channels_last else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log.write_text(proc.stdout)
-    if proc.returncode != 0:
-        sys.exit(f"bench_gpu: DDP run failed ({proc.returncode}); log {log}\n{proc.stdout[-3000:]}")
-    sps = float(summarise(proc.stdout.splitlines())["avg_samples_per_sec"])
-    print(f"DDP: {sps:.1f} samples/s ({sps / gpus:.1f} per GPU), wall {time.perf_counter() - t0:.1f} s", flush=True)
-    return sps
+    rates, peak = windows(proc.stdout, a.log_every)
+    if proc.returncode != 0 or not rates:
+        print(f"bench_gpu: DDP run failed ({proc.returncode}); log {log}\n{proc.stdout[-2000:]}", flush=True)
+        return {"rates": [], "peak": 0.0, "state": f"failed rc {proc.returncode}"}
+    print(
+        f"DDP {log.stem}: {statistics.median(rates):.1f} samples/s, wall {time.perf_counter() - t0:.0f} s", flush=True
+    )
+    return {"rates": rates, "peak": peak, "state": "done"}
 
 
-# Variants beside the preset (torch's AdamW, foreach: nothing to build), one ZeRO stage each:
-# torch's fused AdamW kernel, and DeepSpeed's FusedAdam (JIT-compiled by the first job that uses it).
-VARIANTS = {
-    "torch-fused-adamw": {"optimizer": {"params": {"fused": True}}},
-    "ds-fusedadam": {"optimizer": {"params": {"torch_adam": False}}},
-}
-
-
-def run_sweep(a, profile: Path, out: Path, tag: str, zero: str, precision: str, ds_config: dict | None) -> list:
+def run_sweep(w: dict, a, profile: Path, out: Path, tag: str) -> list:
     hpc = shutil.which("hpc-launch") or str(Path(sys.executable).parent / "hpc-launch")
-    train_args = [*workload(a), "--no-eval"]
-    if ds_config is not None:
-        cfg = out / f"{tag}.json"
-        cfg.write_text(json.dumps(ds_config))
-        train_args += ["--ds-config", str(cfg)]
-    cmd = [hpc, "sweep", "--profile", str(profile), "--zero", zero, "--precision", precision]
-    cmd += ["--train-args", " ".join(train_args), "--out", str(out / tag)]
+    cmd = [hpc, "sweep", "--profile", str(profile), "--zero", a.zero, "--precision", "bf16"]
+    cmd += ["--train-args", " ".join([*workload_args(w, a), "--no-eval"]), "--out", str(out / tag)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     (out / f"{tag}.log").write_text(proc.stdout)
-    print(proc.stdout[-2500:], flush=True)
-    print(f"sweep {tag}: rc {proc.returncode}, wall {time.perf_counter() - t0:.1f} s", flush=True)
+    print(proc.stdout[-1500:], flush=True)
+    print(f"sweep {tag}: rc {proc.returncode}, wall {time.perf_counter() - t0:.0f} s", flush=True)
+    import csv
+
     report = out / tag / "report.csv"
-    rows = list(csv.DictReader(report.open())) if report.exists() else []
-    for row in rows:
-        row["variant"] = tag
+    rows = []
+    for row in csv.DictReader(report.open()) if report.exists() else []:
         log = Path(row.get("log") or "")
-        found = READY.search(log.read_text(errors="replace")) if log.is_file() else None
-        row["ready_s"] = found.group(1) if found else "?"
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        rates, peak = windows(text, a.log_every)
+        bf16 = "autocast" if "bf16 as torch autocast" in text else "bf16 weights"
+        rows.append({"label": f"entrypoint {row['configuration']} ({bf16})", "rates": rates, "peak": peak,
+                     "state": f"{row['state']} {row['cause']}".strip()})  # fmt: skip
     return rows
+
+
+def table(name: str, w: dict, dev: dict, a, ddp: list, rows: list) -> list:
+    unit = "tokens/s" if w["unit"] > 1 else "samples/s"
+    per_gpu = w["unit"] / dev["gpus"]
+    base_rates = [r for run in ddp for r in run["rates"]]
+    base = statistics.median(base_rates) * per_gpu if base_rates else float("nan")
+    runs = "; ".join(", ".join(f"{r * per_gpu:.0f}" for r in run["rates"]) for run in ddp)
+    lines = [
+        f"## {name}: {w['model']} bf16, micro-batch {w['micro']}, {a.steps} steps, {a.workers} loader workers "
+        f"per rank; {dev['gpus']} x {dev['name']} (torch {dev['torch']}, CUDA {dev['cuda']})",
+        "",
+        f"| run | {unit} per GPU (median) | vs DDP | at the log steps | peak GB per GPU | state |",
+        "|---|---:|---:|---|---:|---|",
+        f"| hand-written DDP, autocast (runs before and after) | {base:.0f} | 1.00 | {runs} | "
+        f"{max((r['peak'] for r in ddp), default=0):.1f} | |",
+    ]
+    for row in rows:
+        rate = statistics.median(row["rates"]) * per_gpu if row["rates"] else float("nan")
+        spread = ", ".join(f"{r * per_gpu:.0f}" for r in row["rates"])
+        lines.append(
+            f"| {row['label']} | {rate:.0f} | {rate / base:.2f} | {spread} | {row['peak']:.1f} | {row['state']} |"
+        )
+    return lines + [""]
 
 
 def main() -> None:
@@ -191,53 +269,35 @@ def main() -> None:
         return ddp_worker(sys.argv[2:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--model", default="resnet50")
-    p.add_argument("--precision", default="bf16")
+    p.add_argument("--workloads", default="resnet50,gpt")
     p.add_argument("--zero", default="0,1,2,3")
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--micro-batch", type=int, default=256)
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=40)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--workers", type=int, default=8, help="DataLoader workers per rank")
-    p.add_argument("--variant-zero", default="0", help="ZeRO stages for the optimizer variants ('' none)")
-    p.add_argument("--also-precision", default="fp16", help="one more precision, preset, at --variant-zero ('' none)")
-    p.add_argument("--ddp-runs", type=int, default=2, help="DDP runs, split before and after the sweep")
     a = p.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     dev = detect()
-    a.samples = a.micro_batch * dev["gpus"] * (a.steps + 1)  # one epoch covers every step: no loader restart
+    a.gpus = dev["gpus"]
+    if dev["cuda"] is None:  # the CPU smoke run: tiny shapes, the same code paths
+        WORKLOADS["resnet50"].update(size=["--image-size", "32"], micro=4)
+        WORKLOADS["gpt"].update(model="gpt-tiny", size=["--seq-len", "64"], micro=2, unit=64)
     print(f"machine: {dev}, nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}", flush=True)
     profile = write_profile(out, dev)
-    before = (a.ddp_runs + 1) // 2
-    ddp = [run_ddp(a, dev["gpus"], out / f"ddp-{i + 1}.log") for i in range(before)]
-    rows = run_sweep(a, profile, out, "preset", a.zero, a.precision, None)
-    if a.variant_zero:
-        for tag, cfg in VARIANTS.items():
-            rows += run_sweep(a, profile, out, tag, a.variant_zero, a.precision, cfg)
-    if a.also_precision:  # the same preset in another precision: does it train at all?
-        rows += run_sweep(a, profile, out, f"preset-{a.also_precision}", a.variant_zero or "0", a.also_precision, None)
-    ddp += [run_ddp(a, dev["gpus"], out / f"ddp-{i + 1}.log") for i in range(before, a.ddp_runs)]
-    base = statistics.median(ddp) / dev["gpus"]
-    runs = ", ".join(f"{x / dev['gpus']:.0f}" for x in ddp)
-    lines = [
-        f"# {a.model} {a.precision}, {a.image_size} px, micro-batch {a.micro_batch}, {a.steps} steps, "
-        f"{a.workers} loader workers per rank: {dev['gpus']} x {dev['name']} "
-        f"(torch {dev['torch']}, CUDA {dev['cuda']})",
-        "",
-        "| run | variant | samples/s per GPU | vs DDP | DeepSpeed ready in (s) | peak memory per GPU (GB) | state |",
-        "|---|---|---:|---:|---:|---:|---|",
-        f"| plain PyTorch DDP (median of {len(ddp)}: {runs}) | torch AdamW | {base:.1f} | 1.00 | | | |",
-    ]
-    for row in rows:
-        sps = float(row["samples_per_sec"] or 0) / max(1, int(row["ranks"]))
-        lines.append(
-            f"| entrypoint {row['configuration']} | {row['variant']} | {sps:.1f} | {sps / base:.2f} | {row['ready_s']} "
-            f"| {row['peak_mem_gb_per_gpu']} | {row['state']} {row['cause']} |"
-        )
-    text = "\n".join(lines) + "\n"
-    (out / "gpu-bench.md").write_text(text)
-    print(text, flush=True)
+    text = []
+    for name in a.workloads.split(","):
+        w = WORKLOADS[name]
+        ddp = [run_ddp(w, a, out / f"ddp-{name}-1.log", False)]
+        rows = []
+        if name == "resnet50":
+            tuned = run_ddp(w, a, out / f"ddp-{name}-cl.log", True)
+            rows.append({"label": "hand-written DDP, autocast, model and batches channels_last", **tuned})
+        rows += run_sweep(w, a, profile, out, f"sweep-{name}")
+        ddp.append(run_ddp(w, a, out / f"ddp-{name}-2.log", False))
+        part = table(name, w, dev, a, ddp, rows)
+        print("\n".join(part), flush=True)
+        text += part
+    (out / "gpu-bench.md").write_text("\n".join(text) + "\n")
 
 
 if __name__ == "__main__":

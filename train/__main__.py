@@ -10,7 +10,7 @@ import sys
 
 from hpc_launch import protocol
 
-from .ds_config import MONITORS, OFFLOADS, PRECISIONS
+from .ds_config import BF16_MODES, MONITORS, OFFLOADS, PRECISIONS
 from .errors import TrainError
 from .models import MEMORY_FORMATS
 
@@ -47,6 +47,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="auto",
         choices=MEMORY_FORMATS,
         help="layout of a convolutional model and its images; auto: channels_last on CPUs and in bf16/fp16",
+    )
+    p.add_argument(
+        "--bf16-mode",
+        default="auto",
+        choices=BF16_MODES,
+        help="bf16 as DeepSpeed's bf16 weights or as torch autocast over fp32 weights; "
+        "auto: autocast for models with BatchNorm on accelerators",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")

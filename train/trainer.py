@@ -11,6 +11,7 @@ from . import checkpoint, dist, ds_startup
 from .stop import RESUMABLE_EXIT, StopRequest
 from .ds_config import (
     batch_of,
+    bf16_as_autocast,
     fused_adamw_available,
     build_config,
     load_user_config,
@@ -202,7 +203,18 @@ def run(args) -> int:
     layout = memory_format(model, args.memory_format, acc.device_name(), precision)
     if layout is not None:
         say("[hpc-train] image batches in channels_last (NHWC) memory format (--memory-format)")
-    to_device = {"non_blocking": True, "memory_format": layout or torch.preserve_format}
+    cfg = bf16_as_autocast(
+        cfg,
+        args.bf16_mode,
+        model,
+        acc.device_name() == "cpu",
+        load_user_config(args.ds_config) if args.ds_config else None,
+    )
+    if cfg.get("torch_autocast", {}).get("enabled") and precision == "bf16":
+        validate(cfg, info.world_size)
+        dtype = torch.float32  # the batches stay fp32: autocast casts them inside the forward
+        say("[hpc-train] bf16 as torch autocast over fp32 weights, BatchNorm in fp32 (--bf16-mode)")
+    to_layout = {"memory_format": layout or torch.preserve_format}
     ds_startup.skip_muon_import(cfg)
     from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
 
@@ -273,7 +285,9 @@ def run(args) -> int:
             for _ in range(batch.accum):
                 t = time.perf_counter()
                 images, labels = next(batches)
-                logits = engine(images.to(device, dtype, **to_device))
+                # copied as loaded (pinned, asynchronous), then cast and laid out on the device: a cast in
+                # .to(device, dtype) runs on the host first and makes the copy synchronous
+                logits = engine(images.to(device, non_blocking=True).to(dtype, **to_layout))
                 loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
                 if wd is not None:
                     sync()
@@ -343,7 +357,7 @@ def run(args) -> int:
         evaluated = time.perf_counter()
         engine.eval()
         result = accuracy(
-            lambda x: engine(x.to(device, dtype, **to_device)),
+            lambda x: engine(x.to(device, non_blocking=True).to(dtype, **to_layout)),
             data.val,
             info.rank,
             info.world_size,

@@ -67,3 +67,16 @@ def test_user_errors_are_one_line(tmp_path, args, message):
     errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_bf16_as_torch_autocast_trains_and_clips_like_deepspeed(tmp_path):
+    # the recipe GPUs use for models with BatchNorm (forced here: on CPUs auto keeps bf16 weights)
+    run = launch(
+        [*SMALL, "--steps", "40", "--log-every", "5", "--lr", "3e-3", "--zero", "0", "--precision", "bf16"]
+        + ["--bf16-mode", "autocast"],
+        cwd=tmp_path,
+    )
+    assert run.rc == 0, run.out[-3000:]
+    assert "bf16 as torch autocast over fp32 weights" in run.out and "precision=bf16" in run.out
+    assert run.losses[-1] < 0.6 * run.losses[0], run.losses
+    assert float(run.evals[-1]["top1"]) >= 0.8
