@@ -24,13 +24,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--model",
         default="resnet50",
         help="smallcnn, any torchvision classification model, a language model size "
-        f"({', '.join(LM_SIZES)}) or a local model directory (config.json, weights, tokenizer)",
+        f"({', '.join(LM_SIZES)}), a local model directory (config.json, weights, tokenizer), or your own: "
+        "pkg.module:factory returning an nn.Module, (model, dataset) or (model, dataset, loss_fn)",
     )
     p.add_argument(
         "--data",
         default="synthetic",
         help="synthetic | digits | ImageFolder root (ROOT/train, ROOT/val); language models: "
-        'synthetic-tokens | a local .txt or .jsonl ({"text": ...} per line) file',
+        'synthetic-tokens | a local .txt or .jsonl ({"text": ...} per line) file; '
+        "your own: pkg.module:factory returning a Dataset or (train, val)",
     )
     p.add_argument(
         "--seq-len", type=int, default=None, help=f"language models: tokens per sample (default {DEFAULT_SEQ_LEN})"
@@ -95,7 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.checkpoint_dir = args.checkpoint_dir or os.environ.get("HPC_LAUNCH_CHECKPOINT_DIR") or None
     if args.num_workers is None:
         in_memory = args.data in ("synthetic", "digits", "synthetic-tokens") or args.data.endswith((".txt", ".jsonl"))
-        args.num_workers = 0 if in_memory else 4
+        # a factory's dataset (train/factory.py) is the user's: in the process unless they ask for workers
+        args.num_workers = 0 if in_memory or ":" in args.data or ":" in args.model else 4
     return args
 
 

@@ -90,7 +90,7 @@ class LanguageModel:
             model.loss_type = "ForCausalLM"  # what transformers falls back to anyway, without its warning
         return model
 
-    def loss(self, engine, batch, device):
+    def loss(self, engine, batch, device, dtype=None):
         """The batch's mean token loss (the model computes it, in fp32, from the labels)."""
         return engine(
             input_ids=batch["input_ids"].to(device, non_blocking=True),

@@ -146,15 +146,19 @@ def run(args) -> int:
     # Everything a user can get wrong is checked before the process group starts.
     from .data import build_data, micro_batches_per_epoch, train_loader
     from .models import build_model, check_model_name, memory_format
+    from . import factory
     from . import lm as lm_kind
 
-    lm = lm_kind.prepare(args)  # a language model: its own batches, loss and eval (None: a classifier)
-    if lm is None:
+    # a model kind with its own batches, loss (and eval): the user's factories or a language model;
+    # None: a built-in classifier
+    kind = factory.prepare(args) or lm_kind.prepare(args)
+    lm = kind if isinstance(kind, lm_kind.LanguageModel) else None
+    if kind is None:
         check_model_name(args.model)
     check_monitor(args.monitor)
     data = (
-        lm.data
-        if lm
+        kind.data
+        if kind
         else build_data(
             args.data,
             args.image_size,
@@ -203,13 +207,13 @@ def run(args) -> int:
     acc = get_accelerator()
     sync = acc.synchronize if acc.device_name() != "cpu" else (lambda: None)  # GPU work ends when it is done
     torch.manual_seed(args.seed)
-    model = lm.build() if lm else build_model(args.model, data.num_classes)
+    model = kind.build() if kind else build_model(args.model, data.num_classes)
     rate = lm_kind.token_rate(lm, model, acc.device_name(), precision) if lm else None  # before ZeRO-3 partitions it
     if lm and rate:
         say(lm_kind.describe(lm, model, rate, acc.device_name()))
     # The batches only: convolutions follow their input's layout, and DeepSpeed's engine moves
     # parameters as flat bytes (its broadcast refuses a channels_last weight).
-    layout = memory_format(model, args.memory_format, acc.device_name(), precision)
+    layout = None if kind else memory_format(model, args.memory_format, acc.device_name(), precision)
     if layout is not None:
         say("[hpc-train] image batches in channels_last (NHWC) memory format (--memory-format)")
     to_device = {"non_blocking": True, "memory_format": layout or torch.preserve_format}
@@ -282,8 +286,8 @@ def run(args) -> int:
             work = 0.0  # this rank's own part of the step (data + forward): no collective waits in it
             for _ in range(batch.accum):
                 t = time.perf_counter()
-                if lm:
-                    loss = lm.loss(engine, next(batches), device)
+                if kind:
+                    loss = kind.loss(engine, next(batches), device, dtype)
                 else:
                     images, labels = next(batches)
                     logits = engine(images.to(device, dtype, **to_device))
@@ -357,7 +361,7 @@ def run(args) -> int:
             engine, lm, data.val, info.rank, info.world_size, batch.micro, device, args.eval_limit, dcomm.all_reduce
         )
         say(lm_kind.perplexity_line(result, split="val", step=step, time_s=f"{time.perf_counter() - evaluated:.1f}"))
-    elif data.val is not None and not args.no_eval:
+    elif kind is None and data.val is not None and not args.no_eval:  # a classifier's accuracy
         from .evaluate import accuracy, eval_line
 
         evaluated = time.perf_counter()
