@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--data",
         default="synthetic",
-        help="synthetic | digits | ImageFolder root (ROOT/train, ROOT/val); language models: "
+        help="synthetic | digits | cifar10:DIR (cifar-10-batches-py) | ImageFolder root (ROOT/train, ROOT/val); "
+        "language models: "
         'synthetic-tokens | a local .txt or .jsonl ({"text": ...} per line) file; '
         "your own: pkg.module:factory returning a Dataset or (train, val)",
     )
@@ -73,7 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")
     p.add_argument("--monitor-dir", default="runs", help="output folder for csv/tensorboard monitors")
     p.add_argument("--job-name", default="hpc-train")
-    p.add_argument("--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic, 8 digits")
+    p.add_argument(
+        "--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic and cifar10, 8 digits"
+    )
     p.add_argument("--num-classes", type=int, default=10, help="classes of the synthetic dataset")
     p.add_argument("--synthetic-samples", type=int, default=4096)
     p.add_argument("--no-eval", action="store_true", help="skip held-out accuracy at the end")
