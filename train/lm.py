@@ -277,3 +277,42 @@ def describe(lm: LanguageModel, model, rate, device_type: str) -> str:
         f"vocab={lm.tokens.vocab_size} ({lm.tokens.source}), {rate.flops_per_token / 1e6:.1f} MFLOPs/token "
         f"(6N + 12LdT), peak {peak}"
     )
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the planner's activation formula needs of a language model (hpc_launch/plan.py)."""
+
+    kind: str
+    encoder_layers: int  # a causal LM's layers; a T5's encoder layers
+    decoder_layers: int  # 0 for a causal LM
+    hidden: int
+    heads: int
+    vocab: int
+
+
+def meta_model(spec: str, seq_len: int):
+    """(model on the meta device: shapes only, Shape) of a named size or a local model directory."""
+    import torch
+
+    if spec in LM_SIZES:
+        config, kind = _named_config(spec, (GPT_SIZES.get(spec) or T5_SIZES[spec])["vocab_size"], seq_len)
+    elif is_model_dir(spec):
+        config, kind = _disk_config(spec)
+    else:
+        raise TrainError(
+            f"{spec!r} is not a language model", hint=f"use one of {', '.join(LM_SIZES)} or a model directory"
+        )
+    transformers = import_transformers()
+    auto = transformers.AutoModelForSeq2SeqLM if kind == SEQ2SEQ else transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    if kind == SEQ2SEQ:
+        decoder = getattr(config, "num_decoder_layers", None) or config.num_layers
+        shape = Shape(kind, config.num_layers, decoder, config.d_model, config.num_heads, config.vocab_size)
+    else:
+        layers = _first(config, "n_layer", "num_hidden_layers", "num_layers")
+        hidden = _first(config, "n_embd", "hidden_size", "d_model")
+        heads = _first(config, "n_head", "num_attention_heads", "num_heads")
+        shape = Shape(kind, layers, 0, hidden, heads, config.vocab_size)
+    return model, shape
