@@ -103,6 +103,8 @@ _JOB_START = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at (\S+?),", re.M)
 _FINISHED = re.compile(rf"^{re.escape(TRAINING_FINISHED)}steps=(\d+) wall_s=([\d.]+)(?: ended_at=([\d.]+))?", re.M)
 _JOB_T = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at \S+, .*?, t=([\d.]+),", re.M)  # the prologue's EPOCHREALTIME
 _EVAL = re.compile(r"^\[hpc-eval\] top1=([\d.]+)(?:[^\n]*? time_s=([\d.]+))?", re.M)
+# a language model's held-out perplexity (train/lm.py perplexity_line)
+_EVAL_LM = re.compile(r"^\[hpc-eval\] loss=\S+ perplexity=([-+\d.eEinfa]+)(?:[^\n]*? time_s=([\d.]+))?", re.M)
 
 
 @dataclass
@@ -113,6 +115,7 @@ class Summary:
     metrics: Dict[str, float] = field(default_factory=dict)
     peak_mem_gb: Optional[float] = None
     eval_top1: Optional[float] = None
+    eval_perplexity: Optional[float] = None
     queued_s: Optional[float] = None
     startup_s: Optional[float] = None
     training_s: Optional[float] = None
@@ -145,6 +148,9 @@ def summarise(
     s.peak_mem_gb = peak
     m = _EVAL.search(log_text)
     s.eval_top1 = float(m.group(1)) if m else None
+    if m is None:
+        m = _EVAL_LM.search(log_text)
+        s.eval_perplexity = float(m.group(1)) if m else None
     s.eval_s = float(m.group(2)) if m and m.group(2) else None
     started = _job_start(log_text)
     finished = list(_FINISHED.finditer(log_text))
@@ -178,6 +184,13 @@ def _job_start(log_text: str) -> Optional[float]:
         return datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except ValueError:
         return None
+
+
+def mfu_text(value: Optional[float]) -> str:
+    """MFU as a percentage; `unknown` where the device has no known peak (read as nan)."""
+    if value is None:
+        return "-"
+    return "unknown" if value != value else f"{value:.1%}"
 
 
 def _secs(value: Optional[float]) -> str:
@@ -221,10 +234,16 @@ def format_summary(s: Summary, job_id: str) -> str:
             parts.append(f"final loss {m['loss']:.4f}")
         if "avg_samples_per_sec" in m:
             parts.append(f"{m['avg_samples_per_sec']:.1f} samples/s (mean)")
+        if "avg_tokens_per_sec" in m:
+            parts.append(f"{m['avg_tokens_per_sec']:,.0f} tokens/s (mean)")
+        if "mfu" in m:
+            parts.append(f"MFU {mfu_text(m['mfu'])}")
         if s.peak_mem_gb is not None:
             parts.append(f"peak memory {s.peak_mem_gb:.2f} GB per rank")
         if s.eval_top1 is not None:
             parts.append(f"eval top-1 {s.eval_top1:.3f}")
+        if s.eval_perplexity is not None:
+            parts.append(f"held-out perplexity {s.eval_perplexity:.2f}")
         lines.append("  training  " + ", ".join(parts))
     else:
         lines.append("  training  no training lines in the log")

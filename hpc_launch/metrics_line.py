@@ -25,12 +25,18 @@ FIELDS = (
     "mem_alloc_gb",
     "mem_peak_gb",
     "world_size",
+    # language models (train/lm.py): tokens/s and model FLOPs utilisation (a fraction of the
+    # device's peak; `mfu=unknown` where train/peak_flops.py has no peak for the device)
+    "tokens_per_sec",
+    "avg_tokens_per_sec",
+    "mfu",
 )
 _INT_FIELDS = {"step", "epoch", "world_size"}
 
 Number = Union[int, float]
 
-_KV = re.compile(r"(\w+)=([-+0-9.eE]+|nan|inf)")
+_KV = re.compile(r"(\w+)=([-+0-9.eE]+|nan|inf|unknown)")
+UNKNOWN = "unknown"  # a figure that cannot be known here (MFU on a device without a peak): read as nan
 # DeepSpeed ThroughputTimer / see_memory_usage style fields (seed 002).
 _DS_FIELDS = {
     "RunningAvgSamplesPerSec": "avg_samples_per_sec",
@@ -54,7 +60,9 @@ def format_step_line(**fields: Number) -> str:
         if key not in fields or fields[key] is None:
             continue
         value = fields[key]
-        if key in _INT_FIELDS:
+        if value != value:  # nan
+            parts.append(f"{key}={UNKNOWN if key == 'mfu' else 'nan'}")
+        elif key in _INT_FIELDS:
             parts.append(f"{key}={int(value)}")
         elif key == "lr":
             parts.append(f"{key}={float(value):.6g}")
@@ -69,7 +77,8 @@ def parse_line(line: str) -> Optional[Dict[str, Number]]:
         out: Dict[str, Number] = {}
         for key, raw in _KV.findall(line.split(PREFIX, 1)[1]):
             if key in FIELDS:
-                out[key] = int(float(raw)) if key in _INT_FIELDS else float(raw)
+                value = float("nan") if raw == UNKNOWN else float(raw)
+                out[key] = int(value) if key in _INT_FIELDS and value == value else value
         return out or None
     if "SamplesPerSec=" in line or "MemAllocated=" in line:
         out = {}

@@ -9,15 +9,17 @@ It is also the one place that checks a configuration before it is submitted (`ch
 for `sweep`): the entrypoint's own argument parser and batch arithmetic, DeepSpeed's config
 validator and the same estimators. The launcher's render/submit path never imports it.
 
-Model states only (fp16/bf16 params and grads, fp32 master params, grads and Adam moments):
-activations, the data pipeline and communication buffers come on top, so a row "fits" when its
-model states leave HEADROOM of the GPU's memory free.
+Model states (fp16/bf16 params and grads, fp32 master params, grads and Adam moments); for a
+language model (train/lm.py) also its activations at `--seq-len` and `--micro-batch`
+(`activation_bytes`). The data pipeline and communication buffers come on top, so a row "fits"
+when what it counts leaves HEADROOM of the GPU's memory free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -37,6 +39,7 @@ class PlanRow:
     cpu_gib: float  # per node (host memory)
     fits: bool
     source: str  # which estimator produced the row
+    activations_gib: float = 0.0  # per GPU, a language model's (the same in every row), counted in `fits`
 
 
 @dataclass
@@ -50,13 +53,50 @@ class PlanResult:
     cpu_mem_gib: Optional[float]
     rows: List[PlanRow] = field(default_factory=list)
     recommended: Optional[PlanRow] = None
+    # a language model's activations (activation_bytes): at this sequence length, micro-batch, precision
+    seq_len: Optional[int] = None
+    micro_batch: Optional[int] = None
+    precision: Optional[str] = None
+    activations_gib: Optional[float] = None  # fused attention (SDPA on GPUs): counted in each row's fit
+    activations_unfused_gib: Optional[float] = None  # with the attention scores stored (eager, CPU math path)
+
+
+def is_language_model(model: str) -> bool:
+    from train.lm_sizes import is_lm_size
+
+    return is_lm_size(model) or os.path.isfile(os.path.join(model, "config.json"))
+
+
+def activation_bytes(shape: Any, seq_len: int, micro_batch: int, precision: str, fused_attention: bool) -> int:
+    """A language model's activations per GPU for one micro-batch, held from forward to backward.
+
+    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+    section 4.1, no parallelism, no recomputation): a transformer layer stores
+    s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations (s sequence, b micro-batch, h hidden, a
+    heads): 34*s*b*h for its inputs, projections, MLP, norms and dropout masks, and 5*a*s^2*b for
+    the attention scores, their softmax and dropout, which a fused attention kernel (SDPA's
+    flash or memory-efficient kernel on GPUs) does not store. A T5 decoder layer has a second
+    (cross-)attention block: 47*s*b*h + 10*a*s^2*b. fp32 activations take twice the bytes.
+    The output layer adds s*b*V*(p + 12): the logits (p bytes each: 2, or 4 in fp32), their fp32
+    copy shifted for the loss and its saved log-softmax. ZeRO partitions model states, not
+    activations: every stage holds all of them."""
+    p = 4 if precision == "fp32" else 2
+    s, b, h, a = seq_len, micro_batch, shape.hidden, shape.heads
+    scores = 0 if fused_attention else 5 * a * s * s * b
+    layers = shape.encoder_layers * (34 * s * b * h + scores) + shape.decoder_layers * (47 * s * b * h + 2 * scores)
+    return int(layers * p / 2 + s * b * shape.vocab * (p + 12))
 
 
 def count_params(model: str, num_classes: int = 1000) -> Tuple[int, int]:
     """(total params, params of the largest single module), from a meta-device build."""
-    from train.models import build_model
+    if is_language_model(model):
+        from train.lm import meta_model
 
-    net = build_model(model, num_classes, device="meta")
+        net = meta_model(model, 1)[0]
+    else:
+        from train.models import build_model
+
+        net = build_model(model, num_classes, device="meta")
     # Deduplicate shared parameters by identity: on the meta device every data_ptr() is 0, so
     # DeepSpeed's own model_to_params() would count each model as one parameter tensor.
     total = sum({id(p): p.numel() for p in net.parameters()}.values())
@@ -99,9 +139,17 @@ def _rows(total: int, largest: int, nodes: int, gpus_per_node: int) -> List[Tupl
 
 
 def plan_memory(
-    model: str, nodes: int, gpus_per_node: int, gpu_mem_gib: float, cpu_mem_gib: Optional[float] = None
+    model: str,
+    nodes: int,
+    gpus_per_node: int,
+    gpu_mem_gib: float,
+    cpu_mem_gib: Optional[float] = None,
+    seq_len: Optional[int] = None,
+    micro_batch: Optional[int] = None,
+    precision: str = "bf16",
 ) -> PlanResult:
-    """Per-stage memory for `model` on nodes x gpus_per_node GPUs of gpu_mem_gib each.
+    """Per-stage memory for `model` on nodes x gpus_per_node GPUs of gpu_mem_gib each; a language
+    model's activations at seq_len and micro_batch (the entrypoint's defaults where None) on top.
 
     recommended: the first row that fits, in order of speed: no offload before offload, and
     the lowest stage (least communication) first; None when nothing fits."""
@@ -114,10 +162,22 @@ def plan_memory(
         )
     total, largest = count_params(model)
     result = PlanResult(model, total, largest, nodes, gpus_per_node, gpu_mem_gib, cpu_mem_gib)
+    acts = 0.0
+    if is_language_model(model):
+        from train.ds_config import DEFAULT_MICRO_BATCH
+        from train.lm import meta_model
+        from train.lm_sizes import DEFAULT_SEQ_LEN
+
+        result.seq_len, result.micro_batch = seq_len or DEFAULT_SEQ_LEN, micro_batch or DEFAULT_MICRO_BATCH
+        result.precision = precision
+        shape = meta_model(model, result.seq_len)[1]
+        acts = activation_bytes(shape, result.seq_len, result.micro_batch, precision, fused_attention=True) / GIB
+        unfused = activation_bytes(shape, result.seq_len, result.micro_batch, precision, fused_attention=False)
+        result.activations_gib, result.activations_unfused_gib = round(acts, 3), round(unfused / GIB, 3)
     for stage, offload, gpu, cpu, source in _rows(total, largest, nodes, gpus_per_node):
         gpu_gib, cpu_gib = gpu / GIB, cpu / GIB
-        fits = gpu_gib <= gpu_mem_gib * (1 - HEADROOM) and (cpu_mem_gib is None or cpu_gib <= cpu_mem_gib)
-        result.rows.append(PlanRow(stage, offload, round(gpu_gib, 3), round(cpu_gib, 3), fits, source))
+        fits = gpu_gib + acts <= gpu_mem_gib * (1 - HEADROOM) and (cpu_mem_gib is None or cpu_gib <= cpu_mem_gib)
+        result.rows.append(PlanRow(stage, offload, round(gpu_gib, 3), round(cpu_gib, 3), fits, source, round(acts, 3)))
     order = sorted(result.rows, key=lambda r: (r.offload != "none", r.stage, r.offload))
     result.recommended = next((r for r in order if r.fits), None)
     return result
@@ -131,10 +191,21 @@ def format_plan(result: PlanResult) -> str:
         f"{result.largest_layer_params / 1e6:.2f}M) on {result.nodes} node(s) x {result.gpus_per_node} GPU(s) = "
         f"{n_gpus} GPUs of {result.gpu_mem_gib:g} GiB"
         + (f", {result.cpu_mem_gib:g} GiB host memory per node" if result.cpu_mem_gib else ""),
-        "model states only (params, grads, optimizer); activations need the rest "
-        f"(a row fits when it leaves {int(HEADROOM * 100)}% of GPU memory free)",
-        f"{'stage':>5}  {'offload':<17} {'per GPU GiB':>11}  {'per node CPU GiB':>16}  fits",
     ]
+    if result.activations_gib is None:
+        lines.append(
+            "model states only (params, grads, optimizer); activations need the rest "
+            f"(a row fits when it leaves {int(HEADROOM * 100)}% of GPU memory free)"
+        )
+    else:
+        lines.append(
+            f"activations {result.activations_gib:.3f} GiB per GPU on top of each row's model states (seq_len "
+            f"{result.seq_len}, micro-batch {result.micro_batch}, {result.precision}, fused attention; "
+            f"{result.activations_unfused_gib:.3f} GiB with the attention scores stored): 34sbh + 5as^2b bytes "
+            "a layer (16-bit; Korthikanti et al. 2022) + the logits; a row fits when both leave "
+            f"{int(HEADROOM * 100)}% of GPU memory free"
+        )
+    lines.append(f"{'stage':>5}  {'offload':<17} {'per GPU GiB':>11}  {'per node CPU GiB':>16}  fits")
     for row in result.rows:
         mark = "  <- recommended" if row == result.recommended else ""
         lines.append(
@@ -255,11 +326,18 @@ def _check_memory(points: Sequence[Any]) -> None:
         gpu_mem = job.profile.node.gpu_mem_gib
         if not gpu_mem:
             continue  # no GPU memory in the profile (CPU testbeds, local): nothing to hold it against
-        key = (p.entry.model, job.nodes, job.procs_per_node)
+        key = (p.entry.model, job.nodes, job.procs_per_node, p.entry.micro_batch, p.entry.precision)
         if key not in cache:
             try:
                 cache[key] = plan_memory(
-                    p.entry.model, job.nodes, max(job.procs_per_node, 1), gpu_mem, job.profile.node.mem_gib
+                    p.entry.model,
+                    job.nodes,
+                    max(job.procs_per_node, 1),
+                    gpu_mem,
+                    job.profile.node.mem_gib,
+                    seq_len=getattr(p.entry, "seq_len", None),
+                    micro_batch=p.entry.micro_batch,
+                    precision=p.entry.precision,
                 )
             except Exception as exc:  # an unknown model, no torch here: the entrypoint will say it in the job
                 sys.stderr.write(
@@ -277,8 +355,9 @@ def _check_memory(points: Sequence[Any]) -> None:
                 f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}"
                 if over_cpu
                 else (
-                    f"needs {row.gpu_gib:.1f} GiB per GPU for model states alone, more than "
-                    f"{int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB"
+                    f"needs {row.gpu_gib + row.activations_gib:.1f} GiB per GPU for model states"
+                    + (" and activations" if row.activations_gib else " alone")
+                    + f", more than {int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB"
                 )
             )
             better = result.recommended
@@ -295,7 +374,14 @@ def _check_memory(points: Sequence[Any]) -> None:
 
 
 def plan_for_cluster(
-    model: str, cluster: str, nodes: int, gpus_per_node: Optional[int], queue: Optional[str]
+    model: str,
+    cluster: str,
+    nodes: int,
+    gpus_per_node: Optional[int],
+    queue: Optional[str],
+    seq_len: Optional[int] = None,
+    micro_batch: Optional[int] = None,
+    precision: str = "bf16",
 ) -> PlanResult:
     """`hpc-launch plan`: the estimates for `nodes` of `cluster` (its queue's GPUs per node)."""
     from . import profiles
@@ -307,5 +393,12 @@ def plan_for_cluster(
     # DeepSpeed's logger writes to the stdout it finds when first imported: keep it off ours
     with contextlib.redirect_stdout(sys.stderr):
         return plan_memory(
-            model, nodes=nodes, gpus_per_node=max(gpus, 1), gpu_mem_gib=p.node.gpu_mem_gib, cpu_mem_gib=p.node.mem_gib
+            model,
+            nodes=nodes,
+            gpus_per_node=max(gpus, 1),
+            gpu_mem_gib=p.node.gpu_mem_gib,
+            cpu_mem_gib=p.node.mem_gib,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            precision=precision,
         )

@@ -12,6 +12,7 @@ from hpc_launch import protocol
 
 from .ds_config import BF16_MODES, MONITORS, OFFLOADS, PRECISIONS
 from .errors import TrainError
+from .lm_sizes import DEFAULT_SEQ_LEN, LM_SIZES
 from .models import MEMORY_FORMATS
 
 
@@ -19,8 +20,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m train", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument("--model", default="resnet50", help="smallcnn or any torchvision classification model")
-    p.add_argument("--data", default="synthetic", help="synthetic | digits | ImageFolder root (ROOT/train, ROOT/val)")
+    p.add_argument(
+        "--model",
+        default="resnet50",
+        help="smallcnn, any torchvision classification model, a language model size "
+        f"({', '.join(LM_SIZES)}), a local model directory (config.json, weights, tokenizer), or your own: "
+        "pkg.module:factory returning an nn.Module, (model, dataset) or (model, dataset, loss_fn)",
+    )
+    p.add_argument(
+        "--data",
+        default="synthetic",
+        help="synthetic | digits | cifar10:DIR (cifar-10-batches-py) | ImageFolder root (ROOT/train, ROOT/val); "
+        "language models: "
+        'synthetic-tokens | a local .txt or .jsonl ({"text": ...} per line) file; '
+        "your own: pkg.module:factory returning a Dataset or (train, val)",
+    )
+    p.add_argument(
+        "--seq-len", type=int, default=None, help=f"language models: tokens per sample (default {DEFAULT_SEQ_LEN})"
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="language models on a text file: a local tokenizer directory (default: the model directory's, else bytes)",
+    )
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, default=None, help="optimizer steps (default: --epochs 1)")
     length.add_argument("--epochs", type=int, default=None)
@@ -59,7 +81,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")
     p.add_argument("--monitor-dir", default="runs", help="output folder for csv/tensorboard monitors")
     p.add_argument("--job-name", default="hpc-train")
-    p.add_argument("--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic, 8 digits")
+    p.add_argument(
+        "--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic and cifar10, 8 digits"
+    )
     p.add_argument("--num-classes", type=int, default=10, help="classes of the synthetic dataset")
     p.add_argument("--synthetic-samples", type=int, default=4096)
     p.add_argument("--no-eval", action="store_true", help="skip held-out accuracy at the end")
@@ -76,13 +100,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps is None and args.epochs is None:
         args.epochs = 1
-    for name in ("steps", "epochs", "log_every"):
+    for name in ("steps", "epochs", "log_every", "seq_len"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be at least 1")
     # the job script names a checkpoint dir for chained jobs (--chain): links resume from it
     args.checkpoint_dir = args.checkpoint_dir or os.environ.get("HPC_LAUNCH_CHECKPOINT_DIR") or None
     if args.num_workers is None:
-        args.num_workers = 0 if args.data in ("synthetic", "digits") else 4
+        in_memory = args.data in ("synthetic", "digits", "synthetic-tokens") or args.data.endswith((".txt", ".jsonl"))
+        # a factory's dataset (train/factory.py) is the user's: in the process unless they ask for workers
+        args.num_workers = 0 if in_memory or ":" in args.data or ":" in args.model else 4
     return args
 
 
@@ -103,7 +129,7 @@ def main(argv=None) -> int:
         if args.list_models:
             from .models import SMALL_MODELS, torchvision_models
 
-            print("\n".join(list(SMALL_MODELS) + torchvision_models()))
+            print("\n".join(list(SMALL_MODELS) + list(LM_SIZES) + torchvision_models()))
             return 0
         if args.print_config:
             return _print_config(args)

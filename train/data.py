@@ -1,4 +1,5 @@
-"""Datasets and loaders: synthetic (learnable), sklearn digits (real, tiny), or an ImageFolder tree.
+"""Datasets and loaders: synthetic (learnable), sklearn digits (real, tiny), CIFAR-10's python files
+(train/cifar.py), or an ImageFolder tree.
 
 Nothing is downloaded at run time. The train loader's position is a pure function of
 (seed, epoch, micro-step), so a resumed run continues with exactly the next batch.
@@ -175,10 +176,14 @@ def build_data(
         )
     if spec == "digits":
         return _digits(image_size)
+    if spec.startswith("cifar10:"):
+        from . import cifar
+
+        return cifar.load(spec, image_size)
     if not os.path.isdir(spec):
         raise TrainError(
             f"data folder not found: {spec}",
-            hint="pass --data synthetic, --data digits, or an ImageFolder root (ROOT/train, ROOT/val)",
+            hint="pass --data synthetic, digits, cifar10:DIR or an ImageFolder root (ROOT/train, ROOT/val)",
         )
     return _image_folder(spec, image_size)
 

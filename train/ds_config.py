@@ -212,7 +212,8 @@ def own_clipping(cfg: dict, deepspeed_default: float) -> tuple:
     # torch_autocast in bf16 keeps fp32 weights and gradients and no loss scaler: DeepSpeed clips
     # them as it clips fp32 ones (its slow per-parameter path). In fp16 a scaler must unscale first.
     autocast = cfg.get("torch_autocast")
-    mixed = mixed or (isinstance(autocast, dict) and autocast.get("enabled") and autocast_dtype(cfg) != "bfloat16")
+    if isinstance(autocast, dict) and autocast.get("enabled") and autocast_dtype(cfg) != "bfloat16":
+        mixed = True
     if max_norm <= 0 or stage != 0 or mixed:
         return cfg, 0.0
     return {**cfg, "gradient_clipping": 0.0}, max_norm

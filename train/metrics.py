@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 from hpc_launch.metrics_line import format_step_line
@@ -55,7 +56,24 @@ def memory_gb() -> tuple:
     return acc.memory_allocated() / GB, acc.max_memory_allocated() / GB
 
 
-def step_line(step: int, epoch: int, loss: float, lr: float, meter: StepMeter, world_size: int) -> str:
+@dataclass(frozen=True)
+class TokenRate:
+    """What turns a language model's samples/s into tokens/s and MFU."""
+
+    tokens_per_sample: int
+    flops_per_token: float  # train/lm.py flops_per_token
+    peak_flops: Optional[float]  # one device's dense peak FLOP/s (train/peak_flops.py); None: unknown
+
+    def fields(self, meter: StepMeter, world_size: int) -> dict:
+        tokens, avg_tokens = meter.current * self.tokens_per_sample, meter.average * self.tokens_per_sample
+        # per device: the model FLOPs all ranks did per second, shared among them, over one device's peak
+        mfu = avg_tokens * self.flops_per_token / world_size / self.peak_flops if self.peak_flops else float("nan")
+        return {"tokens_per_sec": tokens, "avg_tokens_per_sec": avg_tokens, "mfu": mfu}
+
+
+def step_line(
+    step: int, epoch: int, loss: float, lr: float, meter: StepMeter, world_size: int, rate: Optional[TokenRate] = None
+) -> str:
     alloc, peak = memory_gb()
     return format_step_line(
         step=step,
@@ -67,4 +85,5 @@ def step_line(step: int, epoch: int, loss: float, lr: float, meter: StepMeter, w
         mem_alloc_gb=alloc,
         mem_peak_gb=peak,
         world_size=world_size,
+        **(rate.fields(meter, world_size) if rate else {}),
     )

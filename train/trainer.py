@@ -147,15 +147,26 @@ def run(args) -> int:
     # Everything a user can get wrong is checked before the process group starts.
     from .data import build_data, micro_batches_per_epoch, train_loader
     from .models import build_model, check_model_name, memory_format
+    from . import factory
+    from . import lm as lm_kind
 
-    check_model_name(args.model)
+    # a model kind with its own batches, loss (and eval): the user's factories or a language model;
+    # None: a built-in classifier
+    kind = factory.prepare(args) or lm_kind.prepare(args)
+    lm = kind if isinstance(kind, lm_kind.LanguageModel) else None
+    if kind is None:
+        check_model_name(args.model)
     check_monitor(args.monitor)
-    data = build_data(
-        args.data,
-        args.image_size,
-        num_classes=args.num_classes,
-        synthetic_samples=args.synthetic_samples,
-        seed=args.seed,
+    data = (
+        kind.data
+        if kind
+        else build_data(
+            args.data,
+            args.image_size,
+            num_classes=args.num_classes,
+            synthetic_samples=args.synthetic_samples,
+            seed=args.seed,
+        )
     )
     # Steps depend on the batch, the batch on the config: resolve with a provisional step count.
     args.total_steps = args.steps or 1
@@ -197,10 +208,13 @@ def run(args) -> int:
     acc = get_accelerator()
     sync = acc.synchronize if acc.device_name() != "cpu" else (lambda: None)  # GPU work ends when it is done
     torch.manual_seed(args.seed)
-    model = build_model(args.model, data.num_classes)
+    model = kind.build() if kind else build_model(args.model, data.num_classes)
+    rate = lm_kind.token_rate(lm, model, acc.device_name(), precision) if lm else None  # before ZeRO-3 partitions it
+    if lm and rate:
+        say(lm_kind.describe(lm, model, rate, acc.device_name()))
     # The batches only: convolutions follow their input's layout, and DeepSpeed's engine moves
     # parameters as flat bytes (its broadcast refuses a channels_last weight).
-    layout = memory_format(model, args.memory_format, acc.device_name(), precision)
+    layout = None if kind else memory_format(model, args.memory_format, acc.device_name(), precision)
     if layout is not None:
         say("[hpc-train] image batches in channels_last (NHWC) memory format (--memory-format)")
     cfg = bf16_as_autocast(
@@ -284,11 +298,14 @@ def run(args) -> int:
             work = 0.0  # this rank's own part of the step (data + forward): no collective waits in it
             for _ in range(batch.accum):
                 t = time.perf_counter()
-                images, labels = next(batches)
-                # copied as loaded (pinned, asynchronous), then cast and laid out on the device: a cast in
-                # .to(device, dtype) runs on the host first and makes the copy synchronous
-                logits = engine(images.to(device, non_blocking=True).to(dtype, **to_layout))
-                loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
+                if kind:
+                    loss = kind.loss(engine, next(batches), device, dtype)
+                else:
+                    images, labels = next(batches)
+                    # copied as loaded (pinned, asynchronous), then cast and laid out on the device: a cast
+                    # in .to(device, dtype) runs on the host first and makes the copy synchronous
+                    logits = engine(images.to(device, non_blocking=True).to(dtype, **to_layout))
+                    loss = F.cross_entropy(logits.float(), labels.to(device, non_blocking=True))
                 if wd is not None:
                     sync()
                     work += time.perf_counter() - t
@@ -309,7 +326,7 @@ def run(args) -> int:
                 dcomm.all_reduce(shared)
                 loss_total, asked = shared.tolist()
                 loss_value, stop_asked = loss_total / info.world_size, asked > 0
-                say(step_line(step, epoch, loss_value, engine.get_lr()[0], meter, info.world_size))
+                say(step_line(step, epoch, loss_value, engine.get_lr()[0], meter, info.world_size, rate))
                 if is_main and engine.monitor.enabled:  # DeepSpeed's monitor logs lr itself, not the loss
                     engine.monitor.write_events(
                         [
@@ -351,7 +368,14 @@ def run(args) -> int:
     # ended_at lets `hpc-launch logs --summary` split the job's time into start-up and training
     say(f"{protocol.TRAINING_FINISHED}steps={step} wall_s={wall:.1f} ended_at={time.time():.3f}")
 
-    if data.val is not None and not args.no_eval:
+    if lm and data.val is not None and not args.no_eval:
+        evaluated = time.perf_counter()
+        engine.eval()
+        result = lm_kind.perplexity(
+            engine, lm, data.val, info.rank, info.world_size, batch.micro, device, args.eval_limit, dcomm.all_reduce
+        )
+        say(lm_kind.perplexity_line(result, split="val", step=step, time_s=f"{time.perf_counter() - evaluated:.1f}"))
+    elif kind is None and data.val is not None and not args.no_eval:  # a classifier's accuracy
         from .evaluate import accuracy, eval_line
 
         evaluated = time.perf_counter()

@@ -119,7 +119,13 @@ def clusters_show(
 
 @app.command()
 def plan(
-    model: str = typer.Option("resnet50", "--model", "-m", metavar="MODEL", help="torchvision model name"),
+    model: str = typer.Option(
+        "resnet50",
+        "--model",
+        "-m",
+        metavar="MODEL",
+        help="torchvision model name, a language model size (gpt-125m, t5-small, ...) or a model directory",
+    ),
     cluster: str = typer.Option(
         "abci", "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name"
     ),
@@ -130,12 +136,28 @@ def plan(
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
     ),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", metavar="N", min=1, help="language models: tokens per sample (the entrypoint's default)"
+    ),
+    micro_batch: Optional[int] = typer.Option(
+        None,
+        "--micro-batch",
+        metavar="N",
+        min=1,
+        help="language models: per-GPU micro-batch (the entrypoint's default)",
+    ),
+    precision: str = typer.Option(
+        "bf16", "--precision", metavar="P", help="language models' activations: bf16, fp16, fp32"
+    ),
     json_: bool = typer.Option(False, "--json", help="the plan as JSON (keys: docs/commands.md)"),
 ) -> None:
-    """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), and a recommendation."""
+    """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), a language model's
+    activations, and a recommendation."""
     from ..plan import format_plan, plan_for_cluster  # torch and deepspeed only inside
 
-    result = plan_for_cluster(model, cluster, nodes, gpus_per_node, queue)
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise typer.BadParameter(f"{precision!r}: use bf16, fp16 or fp32", param_hint="--precision")
+    result = plan_for_cluster(model, cluster, nodes, gpus_per_node, queue, seq_len, micro_batch, precision)
     if json_:
         import dataclasses
 

@@ -29,6 +29,9 @@ COLUMNS = (
     "nodes",
     "ranks",
     "samples_per_sec",
+    "tokens_per_sec",
+    "mfu",
+    "perplexity",
     "peak_mem_gb_per_gpu",
     "step_time_s",
     "final_loss",
@@ -60,6 +63,11 @@ class Row:
     steps_per_epoch: Optional[int] = None  # the training line's steps/epoch=
     startup_s: Optional[float] = None  # job start to the first step: the prologue's time stamp to training
     cluster: str = ""
+    # language models (train/lm.py): the running mean of tokens/s, MFU (nan: the device's peak is
+    # unknown), the held-out perplexity
+    tokens_per_sec: Optional[float] = None
+    mfu: Optional[float] = None
+    perplexity: Optional[float] = None
 
 
 def configuration(log_text: str, point: Optional[dict]) -> str:
@@ -122,6 +130,9 @@ def row_for(record, log_text: str) -> Row:
         steps_per_epoch=_int(_STEPS_PER_EPOCH, log_text),
         startup_s=s.startup_s,
         cluster=record.cluster,
+        tokens_per_sec=m.get("avg_tokens_per_sec"),
+        mfu=m.get("mfu"),
+        perplexity=s.eval_perplexity,
     )
 
 

@@ -40,30 +40,51 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _token_cells(r: Row) -> str:
+    mfu = "-" if r.mfu is None else ("unknown" if r.mfu != r.mfu else f"{r.mfu:.1%}")
+    return f"{fmt(r.tokens_per_sec, ',.0f')} | {mfu} | {fmt(r.perplexity, '.2f')} | "
+
+
 def markdown(rows: Sequence[Row], title: str) -> str:
+    tokens = any(r.tokens_per_sec is not None for r in rows)  # language models: tokens/s, MFU, perplexity
     out = [
         f"# {title}",
         "",
-        "| configuration | nodes | ranks | samples/s | peak memory per GPU (GB) | time per step (s) | final loss | "
-        "steps | exit state | cause | job |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+        "| configuration | nodes | ranks | samples/s | "
+        + ("tokens/s | MFU | perplexity | " if tokens else "")
+        + "peak memory per GPU (GB) | time per step (s) | final loss | steps | exit state | cause | job |",
+        "|---|---:|---:|---:|" + ("---:|---:|---:|" if tokens else "") + "---:|---:|---:|---:|---|---|---|",
     ]
     for r in rows:
         state = r.state + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
         cause = r.cause.replace("|", "\\|")
         out.append(
             f"| {r.configuration} | {fmt(r.nodes, 'd')} | {fmt(r.ranks, 'd')} | {fmt(r.samples_per_sec, '.1f')} | "
-            f"{fmt(r.peak_mem_gb_per_gpu, '.3f')} | {fmt(r.step_time_s, '.3f')} | {fmt(r.final_loss, '.4f')} | "
+            + (_token_cells(r) if tokens else "")
+            + f"{fmt(r.peak_mem_gb_per_gpu, '.3f')} | {fmt(r.step_time_s, '.3f')} | {fmt(r.final_loss, '.4f')} | "
             f"{fmt(r.steps, 'd')} | {state} | {cause} | {r.job_id} |"
         )
     out += [
         "",
         "samples/s: the running mean of the last step line (warm-up steps left out); peak memory: the highest "
         "`mem_peak_gb` of rank 0 (device memory on GPUs, the process's peak RSS on CPU); time per step: training "
-        "wall time / steps (`training finished`). A job that did not end done carries doctor's cause.",
+        "wall time / steps (`training finished`). A job that did not end done carries doctor's cause."
+        + (
+            " tokens/s: samples/s x --seq-len; MFU: model FLOPs/s per device (6N + 12LdT per token, train/lm.py) "
+            "over the device's dense peak (train/peak_flops.py), unknown where the table has no peak; perplexity: "
+            "exp of the held-out mean token loss."
+            if tokens
+            else ""
+        ),
         "",
     ]
     return "\n".join(out)
+
+
+def _csv_cell(value):
+    if value is None:
+        return ""
+    return "unknown" if value != value else value  # nan: MFU on a device without a known peak
 
 
 def csv_text(rows: Sequence[Row]) -> str:
@@ -71,7 +92,7 @@ def csv_text(rows: Sequence[Row]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for r in rows:
-        writer.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in COLUMNS])
+        writer.writerow([_csv_cell(getattr(r, c)) for c in COLUMNS])
     return buf.getvalue()
 
 
