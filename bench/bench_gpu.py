@@ -24,6 +24,7 @@ bench/bench_gpu_recipes.py.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -217,10 +218,23 @@ def run_ddp(w: dict, a, log: Path, channels_last: bool) -> dict:
     return {"rates": rates, "peak": peak, "state": "done"}
 
 
-def run_sweep(w: dict, a, profile: Path, out: Path, tag: str) -> list:
+# Beside the preset, one job each: the choice the preset no longer makes, and ZeRO-3 keeping parameters
+# under 1M elements whole (on one GPU its gathers have nothing to gather; is the cost in the small ones?)
+VARIANTS = {
+    "gpt": [("0", ["--bf16-mode", "weights"], None, "bf16 weights, the old ZeRO-0 choice")],
+    "resnet50": [],
+}
+Z3_PERSIST = {"zero_optimization": {"stage3_param_persistence_threshold": 1_000_000}}
+
+
+def run_sweep(w: dict, a, profile: Path, out: Path, tag: str, zero: str, extra=(), ds_config=None) -> list:
     hpc = shutil.which("hpc-launch") or str(Path(sys.executable).parent / "hpc-launch")
-    cmd = [hpc, "sweep", "--profile", str(profile), "--zero", a.zero, "--precision", "bf16"]
-    cmd += ["--train-args", " ".join([*workload_args(w, a), "--no-eval"]), "--out", str(out / tag)]
+    args = [*workload_args(w, a), "--no-eval", *extra]
+    if ds_config is not None:
+        (out / f"{tag}.json").write_text(json.dumps(ds_config))
+        args += ["--ds-config", str(out / f"{tag}.json")]
+    cmd = [hpc, "sweep", "--profile", str(profile), "--zero", zero, "--precision", "bf16"]
+    cmd += ["--train-args", " ".join(args), "--out", str(out / tag)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     (out / f"{tag}.log").write_text(proc.stdout)
@@ -274,6 +288,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--workers", type=int, default=8, help="DataLoader workers per rank")
+    p.add_argument("--no-variants", dest="variants", action="store_false", help="the preset's jobs only")
     a = p.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -292,7 +307,13 @@ def main() -> None:
         if name == "resnet50":
             tuned = run_ddp(w, a, out / f"ddp-{name}-cl.log", True)
             rows.append({"label": "hand-written DDP, autocast, model and batches channels_last", **tuned})
-        rows += run_sweep(w, a, profile, out, f"sweep-{name}")
+        rows += run_sweep(w, a, profile, out, f"sweep-{name}", a.zero)
+        for i, (zero, extra, cfg, why) in enumerate(VARIANTS[name] if a.variants else []):
+            for row in run_sweep(w, a, profile, out, f"variant-{name}-{i}", zero, extra, cfg):
+                rows.append({**row, "label": f"{row['label']}: {why}"})
+        if a.variants and "3" in a.zero.split(","):
+            for row in run_sweep(w, a, profile, out, f"variant-{name}-z3", "3", (), Z3_PERSIST):
+                rows.append({**row, "label": f"{row['label']}: persistence threshold 1M"})
         ddp.append(run_ddp(w, a, out / f"ddp-{name}-2.log", False))
         part = table(name, w, dev, a, ddp, rows)
         print("\n".join(part), flush=True)

@@ -239,17 +239,20 @@ def bf16_as_autocast(cfg: dict, mode: str, model, on_cpu: bool, user: Optional[d
 
     DeepSpeed's bf16 mode keeps bf16 weights and bf16 BatchNorm statistics, which cuDNN's fast
     channels_last kernels do not take: ResNet-50 on one H100 ran 2228 samples/s in it against 3400 in
-    torch_autocast (bench/bench_gpu_recipes.py, docs/training.md). For a model without BatchNorm
-    (GPT-2 124M) the two were within 6 % with no winner across ZeRO stages, so `auto` changes only
-    models with BatchNorm, on accelerators (the CPU was not measured). `weights` and `autocast`
-    force one. A user's --ds-config (`user`) that chooses a precision section wins."""
+    torch_autocast (bench/bench_gpu_recipes.py, docs/training.md). ZeRO-0's bf16 mode is DeepSpeed's
+    BF16_Optimizer, which walks every parameter in Python at each step: GPT-2 124M ran 113.7k tokens/s
+    in it against 120.8k under torch_autocast. Above ZeRO-0 a model without BatchNorm had no winner
+    (within 2-8 %, either way), so `auto` chooses autocast on accelerators for a model with BatchNorm
+    or at ZeRO-0 (the CPU was not measured). `weights` and `autocast` force one. A user's --ds-config
+    (`user`) that chooses a precision section wins."""
     if mode not in BF16_MODES:
         raise TrainError(f"--bf16-mode must be one of {', '.join(BF16_MODES)}, got {mode}")
     if not cfg.get("bf16", {}).get("enabled") or mode == "weights":
         return cfg
     if user and any(k in user for k in ("bf16", "fp16", "torch_autocast", "data_types")):
         return cfg
-    if mode == "auto" and (on_cpu or not has_batchnorm(model)):
+    zero0 = cfg.get("zero_optimization", {}).get("stage", 0) == 0
+    if mode == "auto" and (on_cpu or not (zero0 or has_batchnorm(model))):
         return cfg
     out = {k: v for k, v in cfg.items() if k not in ("bf16", "data_types")}
     out["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}

@@ -227,7 +227,7 @@ def run(args) -> int:
     if cfg.get("torch_autocast", {}).get("enabled") and precision == "bf16":
         validate(cfg, info.world_size)
         dtype = torch.float32  # the batches stay fp32: autocast casts them inside the forward
-        say("[hpc-train] bf16 as torch autocast over fp32 weights, BatchNorm in fp32 (--bf16-mode)")
+        say("[hpc-train] bf16 as torch autocast over fp32 weights (--bf16-mode)")
     to_layout = {"memory_format": layout or torch.preserve_format}
     ds_startup.skip_muon_import(cfg)
     from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
