@@ -1,10 +1,12 @@
 """The one-shot GPU check, first thing on any lent GPU machine: the entrypoint through `hpc-launch sweep`
 (ZeRO 0-3) against a hand-written PyTorch DDP loop on the same model, micro-batch and steps, in one run,
-for ResNet-50 (images/s) and a GPT of 124M parameters (tokens/s), bf16. One command, about 6 minutes on one
-H100, prints the table and writes DIR/gpu-bench.md:
+for a GPT of 124M parameters (tokens/s) and ResNet-50 (images/s), bf16. One command, about 7 minutes on one
+H100 (each job ~45 s there: 12-14 s of imports, 5 s DeepSpeed, 6-8 s cuDNN's first step), prints the table
+and writes DIR/gpu-bench.md; run it with a time limit that leaves room to rerun a part:
 
-    python bench/bench_gpu.py --out DIR                     # both workloads, ZeRO 0,1,2,3
+    python bench/bench_gpu.py --out DIR                     # both workloads, ZeRO 0,1,2,3 (~7 min)
     python bench/bench_gpu.py --out DIR --workloads gpt --zero 0,1
+    python bench/bench_gpu.py --out DIR --variants --ddp-after   # + variant rows and a second DDP run
 
 Needs torch with CUDA, deepspeed, torchvision, transformers and hpc-launch importable by the interpreter
 that runs it (the jobs run in that same environment: the `local` dialect, one job after another). The
@@ -14,8 +16,8 @@ machine's profile is written to DIR/lent-gpu.yaml from what torch sees and passe
 The baseline is PyTorch's own bf16 recipe, written by hand: `torch.autocast(bfloat16)` over fp32 weights,
 torch's fused AdamW, clipping at 1.0 as DeepSpeed's default does, DDP; for ResNet-50 also the same loop
 with model and batches in channels_last (the tuned hand-written loop). Order per workload: DDP, the
-sweep, DDP again (a drift of the machine shows as a spread between the two). Each figure is the median
-of the current speed at three log steps after the warm-up (steps 20, 30 and 40 of 40 by default).
+sweep, (with --ddp-after) DDP again, so a drift of the machine shows as a spread. Each figure is the
+median of the current speed at three log steps after the warm-up (steps 15, 20 and 25 of 25 by default).
 Why each choice (docs/training.md "On a GPU"): the entrypoint's bf16 is DeepSpeed's torch_autocast for
 models with BatchNorm and DeepSpeed's bf16 weights otherwise (`--bf16-mode auto`), measured by
 bench/bench_gpu_recipes.py.
@@ -188,7 +190,8 @@ def ddp_worker(argv) -> None:
 
 
 def windows(log_text: str, warm: int) -> tuple:
-    """(current samples/s at each log step after `warm`, highest peak memory GB) from step lines."""
+    """(current samples/s at each log step after `warm`, highest peak memory GB) from step lines; the
+    last three log steps when there are more."""
     from hpc_launch.metrics_line import parse_line
 
     rates, peak = [], 0.0
@@ -199,7 +202,7 @@ def windows(log_text: str, warm: int) -> tuple:
         peak = max(peak, float(m.get("mem_peak_gb", 0.0) or 0.0))
         if int(m.get("step", 0)) > warm:
             rates.append(float(m["samples_per_sec"]))
-    return rates, peak
+    return rates[-3:], peak
 
 
 def run_ddp(w: dict, a, log: Path, channels_last: bool) -> dict:
@@ -208,7 +211,7 @@ def run_ddp(w: dict, a, log: Path, channels_last: bool) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log.write_text(proc.stdout)
-    rates, peak = windows(proc.stdout, a.log_every)
+    rates, peak = windows(proc.stdout, 2 * a.log_every)
     if proc.returncode != 0 or not rates:
         print(f"bench_gpu: DDP run failed ({proc.returncode}); log {log}\n{proc.stdout[-2000:]}", flush=True)
         return {"rates": [], "peak": 0.0, "state": f"failed rc {proc.returncode}"}
@@ -247,7 +250,7 @@ def run_sweep(w: dict, a, profile: Path, out: Path, tag: str, zero: str, extra=(
     for row in csv.DictReader(report.open()) if report.exists() else []:
         log = Path(row.get("log") or "")
         text = log.read_text(errors="replace") if log.is_file() else ""
-        rates, peak = windows(text, a.log_every)
+        rates, peak = windows(text, 2 * a.log_every)
         bf16 = "autocast" if "bf16 as torch autocast" in text else "bf16 weights"
         rows.append({"label": f"entrypoint {row['configuration']} ({bf16})", "rates": rates, "peak": peak,
                      "state": f"{row['state']} {row['cause']}".strip()})  # fmt: skip
@@ -283,12 +286,13 @@ def main() -> None:
         return ddp_worker(sys.argv[2:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--workloads", default="resnet50,gpt")
+    p.add_argument("--workloads", default="gpt,resnet50")
     p.add_argument("--zero", default="0,1,2,3")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--log-every", type=int, default=5)
     p.add_argument("--workers", type=int, default=8, help="DataLoader workers per rank")
-    p.add_argument("--no-variants", dest="variants", action="store_false", help="the preset's jobs only")
+    p.add_argument("--variants", action="store_true", help="also the variant rows (one job each)")
+    p.add_argument("--ddp-after", action="store_true", help="a second DDP run after the sweep")
     a = p.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -314,7 +318,8 @@ def main() -> None:
         if a.variants and "3" in a.zero.split(","):
             for row in run_sweep(w, a, profile, out, f"variant-{name}-z3", "3", (), Z3_PERSIST):
                 rows.append({**row, "label": f"{row['label']}: persistence threshold 1M"})
-        ddp.append(run_ddp(w, a, out / f"ddp-{name}-2.log", False))
+        if a.ddp_after:
+            ddp.append(run_ddp(w, a, out / f"ddp-{name}-2.log", False))
         part = table(name, w, dev, a, ddp, rows)
         print("\n".join(part), flush=True)
         text += part
