@@ -234,6 +234,8 @@ def format_summary(s: Summary, job_id: str) -> str:
             parts.append(f"final loss {m['loss']:.4f}")
         if "avg_samples_per_sec" in m:
             parts.append(f"{m['avg_samples_per_sec']:.1f} samples/s (mean)")
+        if "steps_per_sec" in m:
+            parts.append(f"{m['steps_per_sec']:.2f} steps/s")
         if "avg_tokens_per_sec" in m:
             parts.append(f"{m['avg_tokens_per_sec']:,.0f} tokens/s (mean)")
         if "mfu" in m:

@@ -1,14 +1,16 @@
 """The one place that defines the training log line format.
 
 `train/` writes these lines (format_step_line) and `hpc-launch logs --summary` reads them
-(parse_line). DeepSpeed's own timer lines (RunningAvgSamplesPerSec=..., MemAllocated=..GB)
-are understood too, so a user's own DeepSpeed script gets a summary as well.
+(parse_line). A user's own script gets a summary as well: DeepSpeed's own timer lines
+(RunningAvgSamplesPerSec=..., MemAllocated=..GB) and the Hugging Face Trainer's log dicts
+(`{'loss': ..., 'train_samples_per_second': ...}`) are understood too.
 
 Pure standard library: imported by the launcher, which must stay light.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Dict, Optional, Union
 
@@ -30,6 +32,8 @@ FIELDS = (
     "tokens_per_sec",
     "avg_tokens_per_sec",
     "mfu",
+    # a Hugging Face Trainer's train_steps_per_second (its end-of-training log dict)
+    "steps_per_sec",
 )
 _INT_FIELDS = {"step", "epoch", "world_size"}
 
@@ -48,6 +52,38 @@ _DS_FIELDS = {
 _DS_KV = re.compile(
     r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated|global_step)=([0-9.eE+-]+)(?:GB)?"
 )
+
+
+# The HF Trainer's log dicts, as its ProgressCallback / PrinterCallback print them (`str(logs)`:
+# transformers 5 formats every float as a string, '2.195'; 4.x printed the floats), often after
+# a tqdm bar on the same line. Recorded: tests/golden/user_logs/hf-trainer-callbacks.log.
+_HF_DICT = re.compile(r"\{'(?:loss|train_runtime|train_loss|learning_rate)'[^{}\n\r]{0,2000}\}")
+_HF_FIELDS = {
+    "loss": "loss",
+    "learning_rate": "lr",
+    "epoch": "epoch",
+    "train_samples_per_second": "avg_samples_per_sec",
+    "train_steps_per_second": "steps_per_sec",
+    "train_tokens_per_second": "avg_tokens_per_sec",
+}
+
+
+def _hf_dict(line: str) -> Optional[Dict[str, Number]]:
+    out: Dict[str, Number] = {}
+    for text in _HF_DICT.findall(line):
+        try:
+            logs = ast.literal_eval(text)  # literals only: never evaluates code
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if not isinstance(logs, dict):
+            continue
+        for key, name in _HF_FIELDS.items():
+            try:
+                value = float(logs[key])
+            except (KeyError, TypeError, ValueError):
+                continue
+            out[name] = int(value) if name in _INT_FIELDS else value
+    return out or None
 
 
 def format_step_line(**fields: Number) -> str:
@@ -86,6 +122,8 @@ def parse_line(line: str) -> Optional[Dict[str, Number]]:
             name = _DS_FIELDS[key]
             out[name] = int(float(raw)) if name in _INT_FIELDS else float(raw)
         return out or None
+    if "{'" in line:
+        return _hf_dict(line)
     return None
 
 

@@ -39,7 +39,6 @@ class PlanRow:
     cpu_gib: float  # per node (host memory)
     fits: bool
     source: str  # which estimator produced the row
-    activations_gib: float = 0.0  # per GPU, a language model's (the same in every row), counted in `fits`
 
 
 @dataclass
@@ -57,7 +56,7 @@ class PlanResult:
     seq_len: Optional[int] = None
     micro_batch: Optional[int] = None
     precision: Optional[str] = None
-    activations_gib: Optional[float] = None  # fused attention (SDPA on GPUs): counted in each row's fit
+    activations_gib: Optional[float] = None  # per GPU, fused attention (SDPA on GPUs): counted in every row's fit
     activations_unfused_gib: Optional[float] = None  # with the attention scores stored (eager, CPU math path)
 
 
@@ -177,7 +176,7 @@ def plan_memory(
     for stage, offload, gpu, cpu, source in _rows(total, largest, nodes, gpus_per_node):
         gpu_gib, cpu_gib = gpu / GIB, cpu / GIB
         fits = gpu_gib + acts <= gpu_mem_gib * (1 - HEADROOM) and (cpu_mem_gib is None or cpu_gib <= cpu_mem_gib)
-        result.rows.append(PlanRow(stage, offload, round(gpu_gib, 3), round(cpu_gib, 3), fits, source, round(acts, 3)))
+        result.rows.append(PlanRow(stage, offload, round(gpu_gib, 3), round(cpu_gib, 3), fits, source))
     order = sorted(result.rows, key=lambda r: (r.offload != "none", r.stage, r.offload))
     result.recommended = next((r for r in order if r.fits), None)
     return result
@@ -355,8 +354,8 @@ def _check_memory(points: Sequence[Any]) -> None:
                 f"needs {row.cpu_gib:.1f} GiB of host memory per node, the node has {cpu:g}"
                 if over_cpu
                 else (
-                    f"needs {row.gpu_gib + row.activations_gib:.1f} GiB per GPU for model states"
-                    + (" and activations" if row.activations_gib else " alone")
+                    f"needs {row.gpu_gib + (result.activations_gib or 0.0):.1f} GiB per GPU for model states"
+                    + (" and activations" if result.activations_gib else " alone")
                     + f", more than {int((1 - HEADROOM) * 100)}% of the GPU's {gpu_mem:g} GiB"
                 )
             )

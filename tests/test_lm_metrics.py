@@ -94,3 +94,24 @@ def test_every_peak_names_its_source_and_halved_figures_say_inferred():
         peak = peak_for(" ".join(words))
         assert peak is not None and peak.source
     assert peak_for("mi250x").inferred and not peak_for("h100").inferred
+
+
+def test_scaling_table_has_the_median_tokens_per_second_and_mfu_of_a_language_model():
+    from hpc_launch.report.scaling import scaling
+
+    def record(job, nodes):
+        r = _Record()
+        r.job_id, r.extra = job, {"nodes": nodes}
+        return r
+
+    faster = LM_LOG.replace("avg_samples_per_sec=290.0", "avg_samples_per_sec=560.0").replace(
+        "avg_tokens_per_sec=296960.0", "avg_tokens_per_sec=573440.0"
+    )
+    rows = [row_for(record("1", 1), LM_LOG), row_for(record("2", 2), faster.replace("mfu=0.3842", "mfu=0.3710"))]
+    groups, why = scaling(rows)
+    assert why == "" and [p.tokens_per_sec for p in groups[0].points] == [296960.0, 573440.0]
+    md = tables.scaling_markdown(groups, None)
+    assert "| tokens/s (median) | MFU |" in md and "| 573,440 | 37.1% |" in md
+    assert "573440.0,0.371" in tables.scaling_csv(groups)
+    unknown = [row_for(record(str(n), n), LM_LOG.replace("mfu=0.3842", "mfu=unknown")) for n in (1, 2)]
+    assert "| 296,960 | unknown |" in tables.scaling_markdown(scaling(unknown)[0], None)

@@ -88,6 +88,14 @@ def run(argv=None) -> int:
     data_spec = args.data or meta.get("data")
     if not model_name or not data_spec:
         raise TrainError("the checkpoint does not record its model/data", hint="pass --model and --data")
+    from .factory import is_factory
+    from .lm import is_lm
+
+    if is_factory(model_name) or is_lm(model_name, data_spec):
+        raise TrainError(
+            f"the standalone eval measures classifiers; {model_name} is a language model or your own",
+            hint="a language model's held-out perplexity is printed at the end of its training ([hpc-eval])",
+        )
 
     from .data import build_data
     from .models import build_model

@@ -34,16 +34,20 @@ class Tokens:
 
 
 class SyntheticTokens:
-    """Learnable random text: each token is followed by its fixed successor (one random
-    permutation of the vocabulary, shared by train and val) except a SYNTHETIC_NOISE share drawn
-    at random, so a model's loss falls from ln(vocab) towards the noise's entropy. Sample i is
-    a pure function of (seed, i): every rank and run agrees."""
+    """Learnable random text: each token is followed by its fixed successor (the next in one
+    random cyclic order of the vocabulary, shared by train and val) except a SYNTHETIC_NOISE share
+    drawn at random, so a model's loss falls from ln(vocab) towards the noise's entropy. Sample i
+    is a pure function of (seed, i): every rank and run agrees. Vectorised (a token k places after
+    the last random one is k steps further along the cycle): 1024 tokens in ~0.1 ms, so the data
+    never holds up a GPU step."""
 
     def __init__(self, length: int, vocab_size: int, seq_len: int, seed: int):
         import numpy as np
 
         self.length, self.vocab, self.seq_len, self.seed = length, vocab_size, seq_len, seed
-        self.successor = np.random.default_rng(1234).permutation(vocab_size).tolist()
+        self.order = np.random.default_rng(1234).permutation(vocab_size)  # the cycle
+        self.place = np.argsort(self.order)  # where each token stands in it
+        self.successor = self.order[(self.place + 1) % vocab_size]
 
     def __len__(self):
         return self.length
@@ -53,13 +57,13 @@ class SyntheticTokens:
         import torch
 
         rng = np.random.default_rng(self.seed * 1_000_003 + index)
-        drawn = rng.integers(0, self.vocab, self.seq_len).tolist()
-        noise = (rng.random(self.seq_len) < SYNTHETIC_NOISE).tolist()
-        ids = [drawn[0]]
-        successor = self.successor
-        for t in range(1, self.seq_len):
-            ids.append(drawn[t] if noise[t] else successor[ids[-1]])
-        x = torch.tensor(ids, dtype=torch.long)
+        drawn = rng.integers(0, self.vocab, self.seq_len)
+        fresh = rng.random(self.seq_len) < SYNTHETIC_NOISE
+        fresh[0] = True
+        t = np.arange(self.seq_len)
+        last = np.maximum.accumulate(np.where(fresh, t, 0))  # the latest random token at or before t
+        ids = self.order[(self.place[drawn[last]] + t - last) % self.vocab]
+        x = torch.from_numpy(ids.astype(np.int64))
         return {"input_ids": x, "labels": x}
 
 

@@ -43,6 +43,9 @@ class ScalePoint:
     node_hours: Optional[float]  # wall_h x nodes
     proposed: bool = False
     startup_s: Optional[float] = None  # the longest start-up of the jobs at this node count
+    # language models: the jobs' median tokens/s and MFU (nan: the device's peak is unknown)
+    tokens_per_sec: Optional[float] = None
+    mfu: Optional[float] = None
 
 
 @dataclass
@@ -53,6 +56,14 @@ class ScaleGroup:
     proposal: str = ""
     cluster: str = ""  # where its jobs ran ("" when on several clusters)
     site: list = field(default_factory=list)  # the plan on the site (allocation.py), one line each
+
+
+def _median(values: List[Optional[float]]) -> Optional[float]:
+    """The median where every job has the figure; nan (MFU unknown) where any says unknown."""
+    if not values or any(v is None for v in values):
+        return None
+    known = [float(v) for v in values if v is not None]
+    return float("nan") if any(v != v for v in known) else float(statistics.median(known))
 
 
 def _one(values) -> Optional[int]:
@@ -146,6 +157,8 @@ def scaling(rows: Sequence[Row], plan: Optional[Plan] = None) -> Tuple[List[Scal
                     wall_h=wall_h,
                     node_hours=wall_h * n if wall_h is not None else None,
                     startup_s=max(startups) if startups else None,
+                    tokens_per_sec=_median([r.tokens_per_sec for r in at]),
+                    mfu=_median([r.mfu for r in at]),
                 )
             )
         clusters = {r.cluster for r in good}

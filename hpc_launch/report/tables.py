@@ -31,6 +31,8 @@ SCALING_COLUMNS = (
     "charge",
     "charge_unit",
     "refused",
+    "tokens_per_sec",
+    "mfu",
 )
 
 Sites = Dict[str, Optional[SitePlan]]  # configuration -> its plan on the site
@@ -40,9 +42,12 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _mfu(value: Optional[float]) -> str:
+    return "-" if value is None else ("unknown" if value != value else f"{value:.1%}")
+
+
 def _token_cells(r: Row) -> str:
-    mfu = "-" if r.mfu is None else ("unknown" if r.mfu != r.mfu else f"{r.mfu:.1%}")
-    return f"{fmt(r.tokens_per_sec, ',.0f')} | {mfu} | {fmt(r.perplexity, '.2f')} | "
+    return f"{fmt(r.tokens_per_sec, ',.0f')} | {_mfu(r.mfu)} | {fmt(r.perplexity, '.2f')} | "
 
 
 def markdown(rows: Sequence[Row], title: str) -> str:
@@ -112,17 +117,21 @@ def scaling_markdown(groups: Sequence[ScaleGroup], plan: Optional[Plan], sites: 
         chained = site is not None and bool(site.chains)
         priced = site is not None and chained and site.rate is not None  # a charge column only with a rate
         unit = site.unit if site is not None else ""
+        tokens = any(p.tokens_per_sec is not None for p in g.points)  # a language model's
         extra_head = (" chain (links x walltime) |" if chained else "") + (f" charge ({unit}) |" if priced else "")
+        extra_head += " tokens/s (median) | MFU |" if tokens else ""
         out += [
             f"### {g.configuration}",
             "",
             "| nodes | jobs | samples/s (median) | speedup | ideal | efficiency | global batch | planned samples | "
             "wall time (h) | node-hours |" + extra_head,
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (int(chained) + int(priced)),
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (int(chained) + int(priced) + 2 * tokens),
         ]
         for p in g.points:
             mark = " **(proposed)**" if p.proposed else ""
             tail = " " + " | ".join(_chain_cells(site, p.nodes, priced)) + " |" if site and chained else ""
+            if tokens:
+                tail += f" {fmt(p.tokens_per_sec, ',.0f')} | {_mfu(p.mfu)} |"
             out.append(
                 f"| {p.nodes}{mark} | {p.jobs} | {p.samples_per_sec:.1f} | {p.speedup:.2f} | {p.ideal_speedup:.2f} | "
                 f"{p.efficiency:.0%} | {fmt(p.global_batch, 'd')} | {fmt(p.planned_samples, 'd')} | "
@@ -169,6 +178,8 @@ def scaling_csv(groups: Sequence[ScaleGroup], sites: Optional[Sites] = None) -> 
                 c.charge if c else None,
                 site.unit if site and c and c.charge is not None else None,
                 c.refused if c else None,
+                p.tokens_per_sec,
+                p.mfu,
             ]
-            writer.writerow(["" if v is None else v for v in values])
+            writer.writerow([_csv_cell(v) for v in values])
     return buf.getvalue()

@@ -111,3 +111,14 @@ def test_a_vision_model_on_token_data_is_one_line_naming_the_language_models(tmp
     assert len(lines) == 1 and "gpt-tiny" in lines[0] and "not a language model" in lines[0], proc.stderr[-2000:]
     with pytest.raises(TrainError, match="needs token data"):
         lm.prepare(_args(data="digits"))
+
+
+def test_the_standalone_eval_says_a_language_models_perplexity_comes_with_its_training(tmp_path, capsys):
+    from train import evaluate
+
+    tag = tmp_path / "global_step4"
+    tag.mkdir()
+    (tag / "hpc_complete.json").write_text(json.dumps({"step": 4, "model": "gpt-tiny", "data": "synthetic-tokens"}))
+    assert evaluate.main(["--checkpoint-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gpt-tiny is a language model" in err[0] and "perplexity" in err[0], err

@@ -41,7 +41,7 @@ def test_gpt_125m_model_states_are_deepspeeds_estimates_plus_the_activations():
     acts = (12 * 34 * s * b * h + s * b * v * 14) / GIB
     assert result.activations_gib == pytest.approx(acts, abs=1e-3)
     assert result.activations_unfused_gib == pytest.approx(acts + 12 * 5 * 12 * s * s * b / GIB, abs=1e-3)
-    assert {r.activations_gib for r in result.rows} == {round(acts, 3)}
+    assert by[(0, "none")].fits and not plan_memory("gpt-125m", 2, 4, 13, seq_len=1024, micro_batch=8).rows[0].fits
     assert (result.recommended.stage, result.recommended.offload) == (0, "none")  # 2.3 + 7.8 GiB of 40
     assert "recommended: --zero 0 --offload none" in format_plan(result)
     # activations do not shrink with ZeRO: a micro-batch too large for any stage needs a smaller one
