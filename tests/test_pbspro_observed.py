@@ -1136,6 +1136,35 @@ def test_limit_kill_without_a_comment_is_read_from_the_exit_status():
     assert (info.state, info.exit_code) == (FAILED, -26)
 
 
+def without_attr(text: str, key: str) -> str:
+    return re.sub(rf"(?m)^    {re.escape(key)} = .*\n(?:\t.*\n)*", "", text)
+
+
+@pytest.mark.parametrize(
+    "comment, state, why",
+    [
+        # no substate, no comment: nothing says a qdel sent the SIGTERM. Ended, and by a signal
+        ("", FAILED, "killed by SIGTERM (Exit_status 271); PBS did not say whether a qdel sent it"),
+        (f"{RAN} and failed", FAILED, "PBS did not say whether a qdel sent it"),
+        # the server's comment for a delete request is enough without the substate
+        (f"{RAN} and terminated by pbsuser@pbshead", CANCELLED, "terminated by pbsuser@pbshead"),
+        # MoM's kill line as a site's qstat shows it in the comment: the resource is named
+        (
+            "job killed: vmem 25013551104 exceeded limit 24696061952",
+            FAILED,
+            "killed by PBS for exceeding its vmem limit (job killed: vmem 25013551104 exceeded limit 24696061952)",
+        ),
+        ("job killed: walltime 3725 exceeded limit 3600", TIMEOUT, "walltime"),
+    ],
+)
+def test_a_finished_signal_kill_without_substate_is_terminal(comment, state, why):
+    # 067 (qdel'd while running, F, Exit_status 271) with its substate gone and the comment replaced
+    text = with_attrs(without_attr(load("067").out, "substate"), {"comment": comment})
+    info = D.parse_status(text, ["89.pbshead"])["89.pbshead"]
+    assert (info.state, info.active, info.exit_code) == (state, False, 271)
+    assert why in info.comment
+
+
 def test_subjob_reported_from_its_parent():
     # stat_job.c: a subjob whose own record is gone reads "Subjob failed|finished|terminated"
     for comment, state in (("Subjob failed", FAILED), ("Subjob finished", DONE), ("Subjob terminated", CANCELLED)):
@@ -1208,6 +1237,9 @@ def test_wrapper_qdel_of_an_unknown_job_says_nothing():
             "timeout",
         ),
         ("Job Id: 89.pbshead\n\tjob_state = C\n\texit_status = 271\n", "", True, "cancelled"),
+        # PBS Pro F, 271, nothing else: failed by SIGTERM, or cancelled when the user asked
+        (without_attr(with_attrs(load("067").out, {"comment": ""}), "substate"), "", False, "failed"),
+        (without_attr(with_attrs(load("067").out, {"comment": ""}), "substate"), "", True, "cancelled"),
     ],
 )
 def test_signal_exits_through_the_jobs_life(tmp_path, qstat_out, log, cancel_asked, state):

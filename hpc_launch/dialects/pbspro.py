@@ -32,6 +32,12 @@ KILLED_BY_SIGNAL = 256
 # (a limit kill included), 92 when it is.
 SUB_TERMINATED, SUB_FINISHED, SUB_FAILED = 91, 92, 93
 _LIMIT_COMMENT = re.compile(r"\band exceeded resource (\w+)")
+# MoM's own words for a limit kill (mom_main.c: "job killed: %s %s exceeded limit %s"), which it
+# writes to the job's stderr and which sites' qstat show as the job's comment beside Exit_status
+# 271 when MoM sent SIGTERM itself (the kill came before the negative code could be set).
+_MOM_KILL = re.compile(r"\bjob killed: (\w+) \S+ exceeded limit \S+")
+# The server's comment for a job a delete request ended (svr_jobfunc.c: "... and terminated").
+_TERMINATED_COMMENT = re.compile(r"\band terminated\b")
 NEVER_RUN = "Can Never Run"  # the scheduler's prefix (src/scheduler/constant.h NEVER_RUN_PREFIX)
 
 # Every job_state letter qstat documents; F, X (expired subjob) and C (Torque) are ends.
@@ -175,6 +181,22 @@ def _signal_kill(code: int, attrs: Dict[str, str]) -> str:
         found = {"": diag}
     why = "; ".join(f"{node}: {msg}" if node else str(msg) for node, msg in found.items() if msg)
     return f"killed by {name}, not by qdel" + (f" ({why})" if why else "")
+
+
+def _signal_end(code: int, letter: str, substate: Optional[int], comment: str, attrs: Dict[str, str]) -> StatusInfo:
+    """A finished job whose top shell died of a signal (Exit_status 256 + n). The substate (91) or
+    the server's comment ("... and terminated") says a delete request sent it: cancelled. With
+    neither, nothing says qdel did: failed by that signal, which jobs/state turns into cancelled
+    when the user asked for one. Only Torque's `C` (no substate, no comment of that form, and a
+    walltime kill that also ends in SIGTERM) is left to the exit-code file and MoM's log line."""
+    how = _signal_kill(code, attrs)
+    if substate is None and _TERMINATED_COMMENT.search(comment):  # 91 was read before (job_info)
+        return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
+    if substate is None and letter != "F":
+        return StatusInfo(JobState.UNKNOWN, code, letter, ended=True, comment=comment or how)
+    if substate is None:
+        how = f"{how.replace(', not by qdel', '')} (Exit_status {code}); PBS did not say whether a qdel sent it"
+    return StatusInfo(JobState.FAILED, code, letter, comment="; ".join(w for w in (comment, how) if w))
 
 
 class PBSPro(Dialect):
@@ -327,16 +349,15 @@ class PBSPro(Dialect):
             return StatusInfo(verdict, None, letter, comment=comment)
         if substate == SUB_TERMINATED:  # deleted with qdel, whatever its exit status (271, 265, 143, none)
             return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
-        limit = _LIMIT_COMMENT.search(comment)
+        limit = _LIMIT_COMMENT.search(comment) or _MOM_KILL.search(comment)
         if limit or code in JOB_EXEC_KILL:  # killed by MoM for a limit: never a cancel
             resource = limit.group(1) if limit else JOB_EXEC_KILL[code or 0]
             state = JobState.TIMEOUT if resource == "walltime" else JobState.FAILED
+            if limit and limit.re is _MOM_KILL:
+                comment = f"killed by PBS for exceeding its {resource} limit ({limit.group(0)})"
             return StatusInfo(state, code, letter, comment=comment)
         if code is not None and code > KILLED_BY_SIGNAL:
-            how = _signal_kill(code, attrs)
-            if substate is None:  # Torque-style qstat: nothing says whether qdel sent the signal
-                return StatusInfo(JobState.UNKNOWN, code, letter, ended=True, comment=comment or how)
-            return StatusInfo(JobState.FAILED, code, letter, comment="; ".join(w for w in (comment, how) if w))
+            return _signal_end(code, letter, substate, comment, attrs)
         if code is not None:
             return StatusInfo(self.exit_state(code), code, letter, comment=comment)
         # Ended without an exit status.
