@@ -412,11 +412,13 @@ def state_poller(
             )
         seen["start"] = start
         if got.never_runs:
+            cancel = f"`hpc-launch cancel {record.job_id}`"
             raise NeverRuns(
-                f"job {record.job_id} will never run: {got.comment}",
-                hint=(
-                    f"cancel it with `hpc-launch cancel {record.job_id}` and resubmit with fewer nodes or another queue"
-                ),
+                f"job {record.job_id} will never run as it is: {got.comment}",
+                # the scheduler's words may name the user's own fix (Grid Engine's Eqw: qmod -cj)
+                hint=f"or cancel it with {cancel}"
+                if "`" in got.comment
+                else f"cancel it with {cancel} and resubmit with fewer nodes or another queue",
             )
         return got.state
 
