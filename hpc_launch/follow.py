@@ -143,6 +143,28 @@ def follow_chain(record: JobRecord, *, store: Optional[JobStore] = None, show_al
     return code
 
 
+def follow_array(
+    array: JobRecord, tasks: List[JobRecord], *, store: Optional[JobStore] = None, show_all: bool = False
+) -> int:
+    """Follow each task of a user's array (`-J`) in turn, each headed, then say how the array
+    ended; returns the first failing task's exit code (0 when all succeeded)."""
+    from .jobs import refresh
+
+    store = store or JobStore()
+    worst = 0
+    for i, task in enumerate(tasks, 1):
+        sys.stderr.write(f"hpc-launch: array {array.job_id}: task {i} of {len(tasks)} is job {task.job_id}\n")
+        code = follow_job(task, store=store, show_all=show_all)
+        if code == EXIT_SIGINT:
+            return code
+        worst = worst or code
+    ended = refresh(store, [store.get(array.job_id, array.cluster)])[0]
+    sys.stderr.write(
+        f"hpc-launch: array {array.job_id} {ended.state}" + (f" ({ended.comment})\n" if ended.comment else "\n")
+    )
+    return worst
+
+
 def summary_block(
     rec: JobRecord, log_text: str, state: JobState, code: Optional[int], script_end: Optional[float] = None
 ) -> str:

@@ -34,7 +34,7 @@ def logs(
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .. import follow
-    from ..jobs import lookup, read_whole_log
+    from ..jobs import array_tasks, lookup, recorded
     from ..records import JobStore
 
     store = JobStore()
@@ -51,14 +51,32 @@ def logs(
         ended = watch(store, target.records)
         raise typer.Exit(0 if all(r.state == "done" for r in ended) else 1)
     record = target.records[0]
+    tasks = array_tasks(record)  # a user's `-J` array: each task writes its own log
+    if follow_ and tasks:
+        raise typer.Exit(follow.follow_array(record, recorded(store, tasks), store=store, show_all=show_all))
     if follow_:
-        raise typer.Exit(follow.follow_chain(record, store=store, show_all=show_all))
+        raise typer.Exit(follow.follow_chain(recorded(store, [record])[0], store=store, show_all=show_all))
+    if tasks:
+        for task in recorded(store, tasks) if summary else tasks:
+            sys.stdout.write(f"==> {task.job_id}: {task.log_path} <==\n")
+            try:
+                _print_log(task, store, summary)
+            except HpcLaunchError as missing:
+                sys.stdout.write(f"({missing.message})\n")
+        return
+    _print_log(record, store, summary)
+
+
+def _print_log(record, store, summary: bool) -> None:
+    from .. import follow
+    from ..jobs import read_whole_log
+
     try:
         text = follow.summary_of(record, store) if summary else read_whole_log(record)
     except FileNotFoundError:
         raise HpcLaunchError(
             f"the log {record.log_path} does not exist yet (job {record.state})",
-            hint=f"`hpc-launch logs -f {job_id}` waits for it",
+            hint=f"`hpc-launch logs -f {record.job_id}` waits for it",
         ) from None
     sys.stdout.write(text + "\n" if summary else text)
 

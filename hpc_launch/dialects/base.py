@@ -357,6 +357,12 @@ class Dialect:
         """The id of each task (in index order), as status and cancel take it."""
         raise NotImplementedError(f"{self.name} has no job arrays")
 
+    def user_array_tasks(self, job_id: str, submit_argv: Sequence[str], script_text: Callable[[], str]) -> List[str]:
+        """The task ids of a job the user made an array with their own flag or directive (its id is
+        the array's, its tasks write the logs and exit files): [] for any other job. Default: none
+        (only schedulers whose array has an id of its own answer; `script_text` is read lazily)."""
+        return []
+
     def array_directives(self, lines: Sequence[str]) -> List[str]:
         """Directive lines of an array job (where a task's log name must differ from the job's)."""
         return list(lines)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
 from ..states import JobState
@@ -199,6 +199,30 @@ def _signal_end(code: int, letter: str, substate: Optional[int], comment: str, a
     return StatusInfo(JobState.FAILED, code, letter, comment="; ".join(w for w in (comment, how) if w))
 
 
+def directive_words(script: str) -> List[str]:
+    """The words of a script's `#PBS` lines, read as qsub reads them: up to the first line that is
+    neither blank nor a comment (a later `#PBS` line is ignored, 185-186)."""
+    words: List[str] = []
+    for line in script.splitlines()[1:]:
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if text.startswith("#PBS"):
+            words += text[4:].split()
+    return words
+
+
+def _array_range(words: List[str]) -> List[int]:
+    """The indices of qsub's `-J X-Y[:Z][%N]` among `words` (`-J 1-2` or `-J1-2`); [] without one."""
+    for i, word in enumerate(words):
+        value = words[i + 1] if word == "-J" and i + 1 < len(words) else word[2:] if word.startswith("-J") else ""
+        m = re.fullmatch(r"(\d+)-(\d+)(?::(\d+))?(?:%\d+)?", value)
+        if m:
+            first, last, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+            return list(range(first, last + 1, max(step, 1)))[:100000]  # PBS's max_array_size default is 10000
+    return []
+
+
 class PBSPro(Dialect):
     name = "pbspro"
     title = "PBS Professional"
@@ -260,6 +284,17 @@ class PBSPro(Dialect):
                 hint="this site's qsub does not make PBS arrays: run the sweep as separate jobs",
             )
         return [f"{m.group(1)}[{i}]{m.group(2)}" for i in range(1, count + 1)]
+
+    def user_array_tasks(self, job_id: str, submit_argv: Sequence[str], script_text: Callable[[], str]) -> List[str]:
+        # `--directive "-J 1-2"`: the id is `20[].server`, each subjob `20[i].server` writes its
+        # own log and exit file (NAME.o20.i, 157); the range is qsub's `-J X-Y[:Z]` (pbs_job_attributes
+        # "array_indices_submitted"), `%N` after it only caps how many run at once
+        m = _ARRAY.match(_key(job_id))
+        if not m or m.group(2):
+            return []
+        found = _array_range(list(submit_argv)) or _array_range(directive_words(script_text()))
+        suffix = job_id[len(_key(job_id)) :]
+        return [f"{m.group(1)}[{i}]{suffix}" for i in found]
 
     # ---- status ----------------------------------------------------------------------------
     def depend_flags(self, job_id: str) -> List[str]:

@@ -45,6 +45,7 @@ from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
 from .connect import TransportFor, transport_for
+from .groups import subjobs_of
 
 
 def cancel_requested(rec: JobRecord) -> bool:
@@ -142,6 +143,12 @@ def _decide(
             # a word we do not know never ends (or restarts) a job: keep what we had
             return Outcome(JobState(rec.state), None, info.raw, info.comment or rec.comment, info.never_runs)
         return Outcome(info.state, None, info.raw, info.comment, info.never_runs)
+    if info is None or info.ended:  # forgotten by the scheduler: a user's array ends as its tasks did
+        tasks = subjobs_of(lambda: transport, rec)
+        if tasks:
+            return _array_outcome(
+                rec, [(t.job_id, read_exit_code(transport, t.exit_path, t.script_name)) for t in tasks]
+            )
     code = read_exit_code(transport, rec.exit_path, rec.script_name)
     if info is not None and not info.ended:
         # the scheduler says how it ended (state and maybe its own exit status)
@@ -167,6 +174,20 @@ def _decide(
             return Outcome(verdict.state, code, raw, verdict.comment)
     state = state_from_exit_code(code, rec)
     return Outcome(state, code, raw, comment or exit_hint(state, code, rec))
+
+
+def _array_outcome(rec: JobRecord, codes: List[Tuple[str, Optional[int]]]) -> Outcome:
+    """An array (its own id, with no exit file of its own) from its tasks' exit files: as good as its
+    worst task, which the comment names."""
+    worst = [JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.DONE]
+    states = [(task, code, state_from_exit_code(code, rec)) for task, code in codes]
+    state = min((s for _, _, s in states), key=worst.index)
+    if state == JobState.DONE:
+        return Outcome(state, 0, "tasks", f"all {len(codes)} array tasks wrote exit code 0")
+    bad = [(task, code) for task, code, s in states if s == state]
+    task, code = bad[0]
+    how = f"exit code {code}" if code is not None else exit_hint(state, code, rec)
+    return Outcome(state, code, "tasks", f"{len(bad)} of {len(codes)} array tasks {state.value}, first {task}: {how}")
 
 
 def _log_tail(transport: Transport, rec: JobRecord, size: int = 16384) -> str:
