@@ -34,9 +34,11 @@ def submit_link(
     link: int,
     previous: str,
     sleep: Callable[[float], None],
+    on_recorded: Optional[Callable[[JobRecord], None]] = None,
 ) -> str:
     """Link `link` of a chain: the same script under its own name, held until `previous` ends.
-    It resumes from the newest complete checkpoint (or exits at once if training is done)."""
+    It resumes from the newest complete checkpoint (or exits at once if training is done).
+    `on_recorded` (the CLI naming it) runs once it is recorded."""
     script = prepared.script.link(link)
     script_path = f"{workdir}/{script.script_relpath}"
     write(transport, script_path, script.text, 0o755, [], prepared.host)
@@ -74,6 +76,8 @@ def submit_link(
     if prepared.job.exclude:
         record.extra["excluded"] = list(prepared.job.exclude)
     add_or_explain(store, record, prepared)
+    if on_recorded is not None:
+        on_recorded(record)
     return job_id
 
 
