@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 from .display import LogFilter, format_summary, summarise
@@ -39,7 +40,9 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         if status is not None:
             start = start_words(said["start"]) if said["start"] is not None else ""
             why = f" (start: {start})" if start else f" ({said['comment']})" if said["comment"] else ""
-            status.update(f"{record.job_id} on {record.cluster}: queued for {int(seconds)} s{why}, waiting for its log")
+            # since it was queued, not since this follow began (`seconds`): `logs -f` may come much later
+            queued = int(max(seconds, time.time() - record.submit_time))
+            status.update(f"{record.job_id} on {record.cluster}: queued for {queued} s{why}, waiting for its log")
             status.start()
 
     def on_start(rec: JobRecord) -> None:

@@ -300,3 +300,61 @@ def test_logs_of_a_job_whose_live_log_holds_an_earlier_job_first(tmp_path):
         submit_time=1.0,
     )
     assert read_whole_log(rec) == _job_line("train-new.sh") + "new step 1\n"
+
+
+def test_the_waiting_line_counts_from_when_the_job_was_queued(monkeypatch, tmp_path):
+    # seen on a real PBS server: `logs -f` of a job queued 57 s said "queued for 5 s"
+    import sys
+    import time
+
+    import rich.console
+
+    from hpc_launch import follow as follow_mod
+    from hpc_launch.records import JobRecord, JobStore
+
+    shown = []
+
+    class Status:
+        def update(self, text):
+            shown.append(text)
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    class Console:
+        def __init__(self, **kw):
+            pass
+
+        def status(self, text):
+            return Status()
+
+    def fake_follow(transport, path, *, state, on_wait, **kw):
+        on_wait(5.0)  # the follow itself began 5 s ago
+        return JobState.DONE
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add(
+        JobRecord(
+            job_id="84.pbshead",
+            cluster="pbs",
+            dialect="pbspro",
+            host="localhost",
+            name="w",
+            workdir=str(tmp_path),
+            script_path=str(tmp_path / "w.sh"),
+            log_path=str(tmp_path / "w.o84"),
+            exit_path=str(tmp_path / "w.o84.exitcode"),
+            submit_time=time.time() - 57,
+            state="done",
+            exit_code=0,
+        )
+    )
+    monkeypatch.setattr(rich.console, "Console", Console)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(follow_mod, "follow", fake_follow)
+    follow_mod.follow_job(store.get("84.pbshead", "pbs"), store=store)
+    [line] = [text for text in shown if "queued for" in text]
+    assert "queued for 57 s" in line or "queued for 58 s" in line, line
