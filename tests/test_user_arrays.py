@@ -86,6 +86,16 @@ def test_logs_of_a_user_array_shows_each_subjob_headed(user_array, capsys):
     ]
 
 
+def test_a_subjob_without_a_log_yet_says_so_in_its_place(user_array, capsys):
+    (user_array / "arr.o20.1").unlink()
+    (user_array / "arr.o20.2").write_text((user_array / "arr.o20.2").read_text() + "no newline at the end")
+    code, out, err = _cli(capsys, "logs", "20[]")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[:2] == [f"==> 20[1].pbshead: {user_array}/arr.o20.1 <==", "(no log yet)"]
+    assert out.endswith("hello from task 2\nno newline at the end\n")
+
+
 def test_logs_of_one_subjob(user_array, capsys):
     code, out, err = _cli(capsys, "logs", "20[2]")
     assert code == 0, err

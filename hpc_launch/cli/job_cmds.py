@@ -60,25 +60,26 @@ def logs(
         for task in recorded(store, tasks) if summary else tasks:
             sys.stdout.write(f"==> {task.job_id}: {task.log_path} <==\n")
             try:
-                _print_log(task, store, summary)
-            except HpcLaunchError as missing:
-                sys.stdout.write(f"({missing.message})\n")
+                text = _log_text(task, store, summary)
+            except HpcLaunchError:
+                text = "(no log yet)\n"
+            sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         return
-    _print_log(record, store, summary)
+    text = _log_text(record, store, summary)
+    sys.stdout.write(text + "\n" if summary else text)
 
 
-def _print_log(record, store, summary: bool) -> None:
+def _log_text(record, store, summary: bool) -> str:
     from .. import follow
     from ..jobs import read_whole_log
 
     try:
-        text = follow.summary_of(record, store) if summary else read_whole_log(record)
+        return follow.summary_of(record, store) if summary else read_whole_log(record)
     except FileNotFoundError:
         raise HpcLaunchError(
             f"the log {record.log_path} does not exist yet (job {record.state})",
             hint=f"`hpc-launch logs -f {record.job_id}` waits for it",
         ) from None
-    sys.stdout.write(text + "\n" if summary else text)
 
 
 NOTIFY_LOOKBACK = 200  # `status` looks this far back for ended jobs with --notify messages still to send
