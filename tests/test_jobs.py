@@ -187,10 +187,14 @@ def test_an_error_state_ends_a_follow_naming_the_users_fix(tmp_path, store):
     }
     t = FakeTransport(lambda argv: CommandResult(0, answers.get(" ".join(argv), ""), ""))
     rec = _record(store, job_id="22", dialect="gridengine")
+    starts: List[JobRecord] = []
     with pytest.raises(jobs.NeverRuns) as err:
-        jobs.state_poller(t, rec, store)()
+        jobs.state_poller(t, rec, store, on_start=starts.append)()
     assert "can't chdir to /nonexistent/dir" in str(err.value) and "`qmod -cj 22`" in str(err.value)
     assert "fewer nodes" not in err.value.hint and "hpc-launch cancel 22" in err.value.hint
+    # no "waiting to start: no estimate ..." line before it, and status's `starts` column says so
+    assert starts == []
+    assert jobs.state.start_words(store.get("22", "c")) == "not as it is (the scheduler says why)"
 
 
 def test_terminal_records_are_not_asked_again(scripted, store):

@@ -121,7 +121,8 @@ def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
     run = runner(transport, records[0])
     known = dialect.query_jobs(run, {r.job_id: r.script_name for r in records})
     answers = {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
-    queued = [job for job, got in answers.items() if got.state == JobState.QUEUED]
+    # a job the scheduler says cannot start as it is has no start to estimate
+    queued = [job for job, got in answers.items() if got.state == JobState.QUEUED and not got.never_runs]
     if queued:  # one more command, only while some wait
         try:
             estimates = dialect.start_estimates(run, queued)
@@ -228,6 +229,8 @@ def start_words(rec: JobRecord, now: Optional[float] = None) -> str:
     follower's waiting line): `in 2h10m (Resources: waiting for nodes)`. "" for a job not queued."""
     if JobState(rec.state) != JobState.QUEUED:
         return ""
+    if ((rec.extra or {}).get(START_KEY) or {}).get("never"):
+        return "not as it is (the scheduler says why)"
     at, reason = start_of(rec)
     dialect = dialects.get(rec.dialect)
     if at is not None:
@@ -247,7 +250,9 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     (remembered for the cluster, so later jobs avoid them)."""
     fields: dict = {"state": got.state.value}
     extra = {k: v for k, v in (rec.extra or {}).items() if k != START_KEY}
-    if got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
+    if got.state == JobState.QUEUED and got.never_runs:
+        extra[START_KEY] = {"at": None, "reason": "", "never": True}
+    elif got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
         extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
         bad = bad_hosts_of(transport, rec, got)
@@ -422,7 +427,7 @@ def state_poller(
             on_comment(got.comment)
         seen["comment"] = got.comment
         start = (None if got.estimated_start is None else round(got.estimated_start / 60), got.pending_reason)
-        if got.state == JobState.QUEUED and start != seen["start"] and on_start is not None:
+        if got.state == JobState.QUEUED and start != seen["start"] and on_start is not None and not got.never_runs:
             at_rest = {k: v for k, v in (current.extra or {}).items() if k != START_KEY}
             on_start(
                 replace_struct(
