@@ -100,6 +100,8 @@ class Dialect:
       error); `accounting(run, id)` -> StatusInfo from the accounting records, or None;
       `log_verdict(log_tail)` -> the scheduler's own kill message in the log, or None;
       `exit_state(code)` -> the state an exit status means to this scheduler.
+      `user_array_tasks(id, submit_argv, script_text)` -> the task ids of a job the user made an
+      array with their own flag (`-J 1-4`), whose tasks write the logs and exit files ([]: none).
       `start_estimates(run, ids)` -> {id: StartEstimate} for queued jobs: when the scheduler
       expects each to start and why it waits (ONE command for all of a cluster's queued jobs,
       asked only when some are queued; default: none). `estimates_start`: the scheduler can give
