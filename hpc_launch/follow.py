@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 from .display import LogFilter, format_summary, summarise
@@ -39,7 +40,9 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         if status is not None:
             start = start_words(said["start"]) if said["start"] is not None else ""
             why = f" (start: {start})" if start else f" ({said['comment']})" if said["comment"] else ""
-            status.update(f"{record.job_id} on {record.cluster}: queued for {int(seconds)} s{why}, waiting for its log")
+            # since it was queued, not since this follow began (`seconds`): `logs -f` may come much later
+            queued = int(max(seconds, time.time() - record.submit_time))
+            status.update(f"{record.job_id} on {record.cluster}: queued for {queued} s{why}, waiting for its log")
             status.start()
 
     def on_start(rec: JobRecord) -> None:
@@ -141,6 +144,28 @@ def follow_chain(record: JobRecord, *, store: Optional[JobStore] = None, show_al
                 )
             return code
     return code
+
+
+def follow_array(
+    array: JobRecord, tasks: List[JobRecord], *, store: Optional[JobStore] = None, show_all: bool = False
+) -> int:
+    """Follow each task of a user's array (`-J`) in turn, each headed, then say how the array
+    ended; returns the first failing task's exit code (0 when all succeeded)."""
+    from .jobs import refresh
+
+    store = store or JobStore()
+    worst = 0
+    for i, task in enumerate(tasks, 1):
+        sys.stderr.write(f"hpc-launch: array {array.job_id}: task {i} of {len(tasks)} is job {task.job_id}\n")
+        code = follow_job(task, store=store, show_all=show_all)
+        if code == EXIT_SIGINT:
+            return code
+        worst = worst or code
+    ended = refresh(store, [store.get(array.job_id, array.cluster)])[0]
+    sys.stderr.write(
+        f"hpc-launch: array {array.job_id} {ended.state}" + (f" ({ended.comment})\n" if ended.comment else "\n")
+    )
+    return worst
 
 
 def summary_block(

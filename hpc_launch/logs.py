@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from hpc_launch.errors import HpcLaunchError, TransportError
 from hpc_launch.protocol import (
+    LIVE_LOG_SUFFIX,
     POLL,
     RECONNECT,
     RECONNECT_GIVE_UP_S,
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 MAX_STATE_FAILURES = 5  # consecutive failed state queries tolerated (one bad qstat must not end a follow)
 _CHUNK = 1 << 20
+_LINE_MAX = 4096  # longer than any job line (the job id, host, time, script name)
 
 
 # The job script's first line names its script (templates/body/prologue.sh.j2): a log that
@@ -55,12 +57,15 @@ class LogTail:
         self.script = script
         self._confirmed = script is None
         self._stale_size: Optional[int] = None
+        self._scanned = 0  # a live log: where the search for this job's line goes on
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def _find_start(self, size: int) -> Optional[int]:
         """Where this job's lines start, or None while the file holds only an earlier job's."""
         if size == self._stale_size:
             return None
+        if self.path.endswith(LIVE_LOG_SUFFIX):
+            return self._find_own_line(size)
         head = self.transport.read_from(self.path, 0, min(size, _CHUNK))
         start, stale = 0, False
         for m in JOB_LINE.finditer(head):
@@ -71,6 +76,26 @@ class LogTail:
             self._stale_size = size
             return None
         return 0
+
+    def _find_own_line(self, size: int) -> Optional[int]:
+        """A live log (the job's tee, appended to: `tee -a`) holds only what jobs wrote after their
+        job line, so nothing before this job's own line is this job's: an earlier job with the same
+        name and number left the rest (whole, or cut mid-line, or without a job line at all, from an
+        older hpc-launch). The search reads on from where it stopped, so a long file is read once."""
+        own = re.compile(rb"\[hpc-launch\] job [^\n]* script " + re.escape((self.script or "").encode()) + rb"$", re.M)
+        while self._scanned < size:
+            chunk = self.transport.read_from(self.path, self._scanned, _CHUNK)
+            at_end = not chunk or self._scanned + len(chunk) >= size
+            m = own.search(chunk)
+            if m and (m.end() < len(chunk) or at_end):
+                return self._scanned + m.start()
+            # the line may straddle two reads (or be written on): look again from a line's length back
+            if at_end:
+                self._scanned = max(self._scanned, size - _LINE_MAX)
+                break
+            self._scanned += len(chunk) - _LINE_MAX
+        self._stale_size = size
+        return None
 
     def read_new(self) -> str:
         size = self.transport.size(self.path)

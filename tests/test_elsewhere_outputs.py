@@ -284,7 +284,41 @@ def test_error_state_reason_from_qstat_j():
     )
     info = SGE.query(run, ["22"])["22"]
     assert info.never_runs and info.active
-    assert info.comment == "error state (Eqw): error: can't chdir to /nonexistent/dir: No such file or directory"
+    assert info.comment == (
+        "error state (Eqw): error: can't chdir to /nonexistent/dir: No such file or directory; "
+        "it waits for you: fix that, then `qmod -cj 22` queues it again"
+    )
+
+
+def test_error_state_in_plain_qstat_says_it_needs_the_user():
+    # a site whose qstat answers the plain table (real, job 22 `qsub -wd /nonexistent/dir`):
+    # not just "queued", which waits forever, but the error, its reason and the user's fix
+    run = (
+        Replay()
+        .add(SGE.status_argv(["22"]), CommandResult(0, read("testbed_sge_qstat_states.txt"), ""))
+        .add(["qstat", "-j", "22"], CommandResult(0, read("testbed_sge_qstat_j_error.txt"), ""))
+    )
+    info = SGE.query(run, ["22", "21"])
+    assert info["22"].never_runs and info["22"].raw == "Eqw"
+    assert "can't chdir to /nonexistent/dir" in info["22"].comment and "`qmod -cj 22`" in info["22"].comment
+    assert not info["21"].never_runs and "qmod" not in info["21"].comment  # hqw: held, not an error
+
+
+@pytest.mark.parametrize("table", ["testbed_sge_qstat_eqw_output.txt", "testbed_sge_qstat_xml_eqw_output.txt"])
+def test_error_state_from_an_unwritable_output_file(table):
+    # recorded 2026-11-27: `qsub -o /nonexistent/out.log -j y e.sh` (job 4) went to Eqw
+    assert SGE.parse_submit(read("testbed_sge_qsub_eqw_output.txt")) == "4"
+    run = (
+        Replay()
+        .add(SGE.status_argv(["4"]), CommandResult(0, read(table), ""))
+        .add(["qstat", "-j", "4"], CommandResult(0, read("testbed_sge_qstat_j_eqw_output.txt"), ""))
+    )
+    info = SGE.query(run, ["4"])["4"]
+    assert (info.raw, info.state, info.never_runs, info.active) == ("Eqw", JobState.QUEUED, True, True)
+    assert info.comment == (
+        'error state (Eqw): error: can\'t open output file "/nonexistent/out.log": No such file or directory; '
+        "it waits for you: fix that, then `qmod -cj 4` queues it again"
+    )
 
 
 @pytest.mark.parametrize("category, word", [line.split() for line in read("sge_status_5_states.txt").splitlines()])

@@ -7,6 +7,7 @@ outputs in test_dialects.py and test_pbspro_observed.py.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
@@ -71,7 +72,7 @@ def _record(store, **kw) -> JobRecord:
     rec = JobRecord(
         job_id=kw.pop("job_id", "42"),
         cluster="c",
-        dialect="scripted",
+        dialect=kw.pop("dialect", "scripted"),
         host="localhost",
         name="train",
         workdir="/w",
@@ -175,6 +176,25 @@ def test_never_runs_ends_a_follow_with_the_schedulers_reason(scripted, store):
         poll()
     assert seen == ["Can Never Run: Not enough total nodes available"]
     assert store.get("42", "c").comment.startswith("Can Never Run")
+
+
+def test_an_error_state_ends_a_follow_naming_the_users_fix(tmp_path, store):
+    # Grid Engine's Eqw, as the testbed's real qstat and `qstat -j` answered it
+    here = Path(__file__).parent / "golden" / "elsewhere"
+    answers = {
+        "qstat -xml": (here / "testbed_sge_qstat_states.txt").read_text(),
+        "qstat -j 22": (here / "testbed_sge_qstat_j_error.txt").read_text(),
+    }
+    t = FakeTransport(lambda argv: CommandResult(0, answers.get(" ".join(argv), ""), ""))
+    rec = _record(store, job_id="22", dialect="gridengine")
+    starts: List[JobRecord] = []
+    with pytest.raises(jobs.NeverRuns) as err:
+        jobs.state_poller(t, rec, store, on_start=starts.append)()
+    assert "can't chdir to /nonexistent/dir" in str(err.value) and "`qmod -cj 22`" in str(err.value)
+    assert "fewer nodes" not in err.value.hint and "hpc-launch cancel 22" in err.value.hint
+    # no "waiting to start: no estimate ..." line before it, and status's `starts` column says so
+    assert starts == []
+    assert jobs.state.start_words(store.get("22", "c")) == "not as it is (the scheduler says why)"
 
 
 def test_terminal_records_are_not_asked_again(scripted, store):

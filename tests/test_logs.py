@@ -248,3 +248,113 @@ def test_the_exit_file_says_when_the_script_ended(tmp_path, content, expected):
     assert read_exit_time(LocalTransport(), str(path)) == expected
     assert read_exit_time(LocalTransport(), str(tmp_path / "absent")) is None
     assert read_exit_code(LocalTransport(), str(path)) == (0 if content else None)  # the code reads as before
+
+
+# ---- a live log (`tee -a NAME.oNUM.live`) an earlier job with the same name and number left ----
+
+
+def _job_line(script: str) -> str:
+    when = "2026-11-27T07:00:00+0900"
+    return f"[hpc-launch] job 7.opbs on mg0001 at {when}, 1 node(s) x 4 rank(s), t=1.0, script {script}\n"
+
+
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        "old step 1 loss 9\nold step 2 loss 8\n",  # no job line: an older hpc-launch, or not ours at all
+        "old step 1 loss 9\nold step 2 lo",  # cut mid-line: this job's line lands on the same line
+        _job_line("train-old.sh") + ("old step loss 9\n" * 70000),  # more than the first MiB read
+    ],
+)
+def test_a_live_log_shows_nothing_before_this_jobs_own_line(tmp_path, earlier):
+    from hpc_launch.transport import LocalTransport
+
+    log = tmp_path / "train.o7.live"
+    log.write_text(earlier)
+    tail = LogTail(LocalTransport(), str(log), "train-new.sh")
+    assert tail.read_new() == "" and not tail.exists  # only an earlier job's lines: not there yet
+    with log.open("a") as fh:
+        fh.write(_job_line("train-new.sh") + "new step 1\n")
+    assert tail.read_new() == _job_line("train-new.sh") + "new step 1\n"
+    with log.open("a") as fh:
+        fh.write("new step 2\n")
+    assert tail.read_new() == "new step 2\n"
+
+
+def test_logs_of_a_job_whose_live_log_holds_an_earlier_job_first(tmp_path):
+    from hpc_launch.jobs import read_whole_log
+    from hpc_launch.records import JobRecord
+
+    log = tmp_path / "train.o7.live"
+    log.write_text("old step 1 loss 9\n" + _job_line("train-new.sh") + "new step 1\n")
+    rec = JobRecord(
+        job_id="7.opbs",
+        cluster="miyabi",
+        dialect="pbspro",
+        host="localhost",
+        name="train",
+        workdir=str(tmp_path),
+        script_path=str(tmp_path / ".hpc-launch" / "train-new.sh"),
+        log_path=str(log),
+        exit_path=str(tmp_path / "train.o7.exitcode"),
+        submit_time=1.0,
+    )
+    assert read_whole_log(rec) == _job_line("train-new.sh") + "new step 1\n"
+
+
+def test_the_waiting_line_counts_from_when_the_job_was_queued(monkeypatch, tmp_path):
+    # seen on a real PBS server: `logs -f` of a job queued 57 s said "queued for 5 s"
+    import sys
+    import time
+
+    import rich.console
+
+    from hpc_launch import follow as follow_mod
+    from hpc_launch.records import JobRecord, JobStore
+
+    shown = []
+
+    class Status:
+        def update(self, text):
+            shown.append(text)
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    class Console:
+        def __init__(self, **kw):
+            pass
+
+        def status(self, text):
+            return Status()
+
+    def fake_follow(transport, path, *, state, on_wait, **kw):
+        on_wait(5.0)  # the follow itself began 5 s ago
+        return JobState.DONE
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add(
+        JobRecord(
+            job_id="84.pbshead",
+            cluster="pbs",
+            dialect="pbspro",
+            host="localhost",
+            name="w",
+            workdir=str(tmp_path),
+            script_path=str(tmp_path / "w.sh"),
+            log_path=str(tmp_path / "w.o84"),
+            exit_path=str(tmp_path / "w.o84.exitcode"),
+            submit_time=time.time() - 57,
+            state="done",
+            exit_code=0,
+        )
+    )
+    monkeypatch.setattr(rich.console, "Console", Console)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(follow_mod, "follow", fake_follow)
+    follow_mod.follow_job(store.get("84.pbshead", "pbs"), store=store)
+    [line] = [text for text in shown if "queued for" in text]
+    assert "queued for 57 s" in line or "queued for 58 s" in line, line

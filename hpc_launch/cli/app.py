@@ -165,4 +165,17 @@ def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> No
     ]
     columns = ["job id", "cluster", "name", "state", "exit", "submitted", *(["starts"] if starts else [])]
     columns += ["notify"] if notes else []
-    print_table(columns + ["host", "log", "scheduler says"], rows, width=200)
+    columns += ["host", "log", "scheduler says"]
+    if sys.stdout.isatty():
+        print_table(columns, rows, width=200)
+    else:  # a pipe or a file: one line per job, however long the scheduler's comment
+        print_lines(columns, rows)
+
+
+def print_lines(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A table for a reader that is not a terminal: one line per row, columns padded to their
+    widest cell and two spaces apart (as the terminal's table), a cell's line breaks as spaces."""
+    cells = [[" ".join(str(c).splitlines()) for c in row] for row in [columns, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for row in cells:
+        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")

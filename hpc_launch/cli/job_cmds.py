@@ -34,7 +34,7 @@ def logs(
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .. import follow
-    from ..jobs import lookup, read_whole_log
+    from ..jobs import array_tasks, lookup, recorded
     from ..records import JobStore
 
     store = JobStore()
@@ -51,16 +51,35 @@ def logs(
         ended = watch(store, target.records)
         raise typer.Exit(0 if all(r.state == "done" for r in ended) else 1)
     record = target.records[0]
+    tasks = array_tasks(record)  # a user's `-J` array: each task writes its own log
+    if follow_ and tasks:
+        raise typer.Exit(follow.follow_array(record, recorded(store, tasks), store=store, show_all=show_all))
     if follow_:
-        raise typer.Exit(follow.follow_chain(record, store=store, show_all=show_all))
+        raise typer.Exit(follow.follow_chain(recorded(store, [record])[0], store=store, show_all=show_all))
+    if tasks:
+        for task in recorded(store, tasks) if summary else tasks:
+            sys.stdout.write(f"==> {task.job_id}: {task.log_path} <==\n")
+            try:
+                text = _log_text(task, store, summary)
+            except HpcLaunchError:
+                text = "(no log yet)\n"
+            sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        return
+    text = _log_text(record, store, summary)
+    sys.stdout.write(text + "\n" if summary else text)
+
+
+def _log_text(record, store, summary: bool) -> str:
+    from .. import follow
+    from ..jobs import read_whole_log
+
     try:
-        text = follow.summary_of(record, store) if summary else read_whole_log(record)
+        return follow.summary_of(record, store) if summary else read_whole_log(record)
     except FileNotFoundError:
         raise HpcLaunchError(
             f"the log {record.log_path} does not exist yet (job {record.state})",
-            hint=f"`hpc-launch logs -f {job_id}` waits for it",
+            hint=f"`hpc-launch logs -f {record.job_id}` waits for it",
         ) from None
-    sys.stdout.write(text + "\n" if summary else text)
 
 
 NOTIFY_LOOKBACK = 200  # `status` looks this far back for ended jobs with --notify messages still to send

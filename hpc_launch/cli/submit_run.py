@@ -44,8 +44,18 @@ class Announcer:
 
     def __call__(self, record) -> None:
         self.records.append(record)
+        extra = record.extra or {}
+        if extra.get("link", 1) > 1:  # a later --chain link: named on stderr; stdout keeps the chain's one id
+            sys.stderr.write(
+                f"chain link {extra['link']} of {extra['links']}: {record.job_id} (starts when "
+                f"{self.records[-2].job_id} has ended); log: {record.log_path}\n"
+            )
+            return
         print(record.job_id, flush=True)
-        sys.stderr.write(f"submitted {record.name} as {record.job_id} on {record.cluster}; log: {record.log_path}\n")
+        links = f" (chain link 1 of {extra['links']})" if extra.get("links", 1) > 1 else ""
+        sys.stderr.write(
+            f"submitted {record.name} as {record.job_id}{links} on {record.cluster}; log: {record.log_path}\n"
+        )
 
     def interrupted(self) -> int:
         """Say what Ctrl-C left behind; the exit code."""
@@ -53,9 +63,13 @@ class Announcer:
             say("interrupted before the job was submitted: nothing was submitted or recorded")
         else:
             job = self.records[0].job_id
+            every = " ".join(r.job_id for r in self.records)  # each link: cancelling one lets the next start
+            one = len(self.records) == 1
+            what = f"job {job} was" if one else f"jobs {every} (a chain's links) were"
+            stop = f"hpc-launch cancel {job}" if one else f"hpc-launch cancel ID, for each of {every}"
             say(
-                f"interrupted after job {job} was submitted and recorded: it keeps running. "
-                f"Follow it: hpc-launch logs -f {job}   Stop it: hpc-launch cancel {job}"
+                f"interrupted after {what} submitted and recorded: it keeps running. "
+                f"Follow it: hpc-launch logs -f {job}   Stop it: {stop}"
             )
         return EXIT_SIGINT
 

@@ -100,6 +100,8 @@ class Dialect:
       error); `accounting(run, id)` -> StatusInfo from the accounting records, or None;
       `log_verdict(log_tail)` -> the scheduler's own kill message in the log, or None;
       `exit_state(code)` -> the state an exit status means to this scheduler.
+      `user_array_tasks(id, submit_argv, script_text)` -> the task ids of a job the user made an
+      array with their own flag (`-J 1-4`), whose tasks write the logs and exit files ([]: none).
       `start_estimates(run, ids)` -> {id: StartEstimate} for queued jobs: when the scheduler
       expects each to start and why it waits (ONE command for all of a cluster's queued jobs,
       asked only when some are queued; default: none). `estimates_start`: the scheduler can give
@@ -356,6 +358,12 @@ class Dialect:
     def array_task_ids(self, parent_id: str, count: int) -> List[str]:
         """The id of each task (in index order), as status and cancel take it."""
         raise NotImplementedError(f"{self.name} has no job arrays")
+
+    def user_array_tasks(self, job_id: str, submit_argv: Sequence[str], script_text: Callable[[], str]) -> List[str]:
+        """The task ids of a job the user made an array with their own flag or directive (its id is
+        the array's, its tasks write the logs and exit files): [] for any other job. Default: none
+        (only schedulers whose array has an id of its own answer; `script_text` is read lazily)."""
+        return []
 
     def array_directives(self, lines: Sequence[str]) -> List[str]:
         """Directive lines of an array job (where a task's log name must differ from the job's)."""

@@ -55,6 +55,15 @@ def state_of(code: str) -> StatusInfo:
     return StatusInfo(JobState.UNKNOWN, None, code)
 
 
+def error_state_words(state_words: str, reason: str, job_id: str) -> str:
+    """What an error state (Eqw) means to its owner: Grid Engine never retries such a job, it
+    waits for the user to fix the cause and clear the error (qmod(1) `-cj`: "clears the error
+    state of the specified jobs"), or to delete it."""
+    why = f": {reason}" if reason else " (`qstat -j` gives no error reason)"
+    number = job_id.split(".")[0]  # qmod -cj takes the job (all its tasks) or `ID -t N`
+    return f"{state_words}{why}; it waits for you: fix that, then `qmod -cj {number}` queues it again"
+
+
 def parse_table(text: str) -> Dict[str, List[str]]:
     """qstat's job table -> {job id: [state word of each line]} (an array job has a line per
     task). The state column is found from the header, which moves with -ext, -pri, -urg, site
@@ -184,9 +193,8 @@ class GridEngine(Dialect):
         known = super().query(run, job_ids)
         for job, info in known.items():
             if info.never_runs:  # Eqw: the reason is only in `qstat -j`
-                reason = self.error_reason(run(["qstat", "-j", job]).out)
-                if reason:
-                    known[job] = replace(info, comment=f"{info.comment}: {reason}")
+                reason = self.error_reason(run(["qstat", "-j", job.split(".")[0]]).out)
+                known[job] = replace(info, comment=error_state_words(info.comment, reason, job))
         return known
 
     @staticmethod

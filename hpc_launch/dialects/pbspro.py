@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
 from ..states import JobState
@@ -32,6 +32,12 @@ KILLED_BY_SIGNAL = 256
 # (a limit kill included), 92 when it is.
 SUB_TERMINATED, SUB_FINISHED, SUB_FAILED = 91, 92, 93
 _LIMIT_COMMENT = re.compile(r"\band exceeded resource (\w+)")
+# MoM's own words for a limit kill (mom_main.c: "job killed: %s %s exceeded limit %s"), which it
+# writes to the job's stderr and which sites' qstat show as the job's comment beside Exit_status
+# 271 when MoM sent SIGTERM itself (the kill came before the negative code could be set).
+_MOM_KILL = re.compile(r"\bjob killed: (\w+) \S+ exceeded limit \S+")
+# The server's comment for a job a delete request ended (svr_jobfunc.c: "... and terminated").
+_TERMINATED_COMMENT = re.compile(r"\band terminated\b")
 NEVER_RUN = "Can Never Run"  # the scheduler's prefix (src/scheduler/constant.h NEVER_RUN_PREFIX)
 
 # Every job_state letter qstat documents; F, X (expired subjob) and C (Torque) are ends.
@@ -177,6 +183,46 @@ def _signal_kill(code: int, attrs: Dict[str, str]) -> str:
     return f"killed by {name}, not by qdel" + (f" ({why})" if why else "")
 
 
+def _signal_end(code: int, letter: str, substate: Optional[int], comment: str, attrs: Dict[str, str]) -> StatusInfo:
+    """A finished job whose top shell died of a signal (Exit_status 256 + n). The substate (91) or
+    the server's comment ("... and terminated") says a delete request sent it: cancelled. With
+    neither, nothing says qdel did: failed by that signal, which jobs/state turns into cancelled
+    when the user asked for one. Only Torque's `C` (no substate, no comment of that form, and a
+    walltime kill that also ends in SIGTERM) is left to the exit-code file and MoM's log line."""
+    how = _signal_kill(code, attrs)
+    if substate is None and _TERMINATED_COMMENT.search(comment):  # 91 was read before (job_info)
+        return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
+    if substate is None and letter != "F":
+        return StatusInfo(JobState.UNKNOWN, code, letter, ended=True, comment=comment or how)
+    if substate is None:
+        how = f"{how.replace(', not by qdel', '')} (Exit_status {code}); PBS did not say whether a qdel sent it"
+    return StatusInfo(JobState.FAILED, code, letter, comment="; ".join(w for w in (comment, how) if w))
+
+
+def directive_words(script: str) -> List[str]:
+    """The words of a script's `#PBS` lines, read as qsub reads them: up to the first line that is
+    neither blank nor a comment (a later `#PBS` line is ignored, 185-186)."""
+    words: List[str] = []
+    for line in script.splitlines()[1:]:
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if text.startswith("#PBS"):
+            words += text[4:].split()
+    return words
+
+
+def _array_range(words: List[str]) -> List[int]:
+    """The indices of qsub's `-J X-Y[:Z][%N]` among `words` (`-J 1-2` or `-J1-2`); [] without one."""
+    for i, word in enumerate(words):
+        value = words[i + 1] if word == "-J" and i + 1 < len(words) else word[2:] if word.startswith("-J") else ""
+        m = re.fullmatch(r"(\d+)-(\d+)(?::(\d+))?(?:%\d+)?", value)
+        if m:
+            first, last, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+            return list(range(first, last + 1, max(step, 1)))[:100000]  # PBS's max_array_size default is 10000
+    return []
+
+
 class PBSPro(Dialect):
     name = "pbspro"
     title = "PBS Professional"
@@ -238,6 +284,17 @@ class PBSPro(Dialect):
                 hint="this site's qsub does not make PBS arrays: run the sweep as separate jobs",
             )
         return [f"{m.group(1)}[{i}]{m.group(2)}" for i in range(1, count + 1)]
+
+    def user_array_tasks(self, job_id: str, submit_argv: Sequence[str], script_text: Callable[[], str]) -> List[str]:
+        # `--directive "-J 1-2"`: the id is `20[].server`, each subjob `20[i].server` writes its
+        # own log and exit file (NAME.o20.i, 157); the range is qsub's `-J X-Y[:Z]` (pbs_job_attributes
+        # "array_indices_submitted"), `%N` after it only caps how many run at once
+        m = _ARRAY.match(_key(job_id))
+        if not m or m.group(2):
+            return []
+        found = _array_range(list(submit_argv)) or _array_range(directive_words(script_text()))
+        suffix = job_id[len(_key(job_id)) :]
+        return [f"{m.group(1)}[{i}]{suffix}" for i in found]
 
     # ---- status ----------------------------------------------------------------------------
     def depend_flags(self, job_id: str) -> List[str]:
@@ -327,16 +384,15 @@ class PBSPro(Dialect):
             return StatusInfo(verdict, None, letter, comment=comment)
         if substate == SUB_TERMINATED:  # deleted with qdel, whatever its exit status (271, 265, 143, none)
             return StatusInfo(JobState.CANCELLED, code, letter, comment=comment)
-        limit = _LIMIT_COMMENT.search(comment)
+        limit = _LIMIT_COMMENT.search(comment) or _MOM_KILL.search(comment)
         if limit or code in JOB_EXEC_KILL:  # killed by MoM for a limit: never a cancel
             resource = limit.group(1) if limit else JOB_EXEC_KILL[code or 0]
             state = JobState.TIMEOUT if resource == "walltime" else JobState.FAILED
+            if limit and limit.re is _MOM_KILL:
+                comment = f"killed by PBS for exceeding its {resource} limit ({limit.group(0)})"
             return StatusInfo(state, code, letter, comment=comment)
         if code is not None and code > KILLED_BY_SIGNAL:
-            how = _signal_kill(code, attrs)
-            if substate is None:  # Torque-style qstat: nothing says whether qdel sent the signal
-                return StatusInfo(JobState.UNKNOWN, code, letter, ended=True, comment=comment or how)
-            return StatusInfo(JobState.FAILED, code, letter, comment="; ".join(w for w in (comment, how) if w))
+            return _signal_end(code, letter, substate, comment, attrs)
         if code is not None:
             return StatusInfo(self.exit_state(code), code, letter, comment=comment)
         # Ended without an exit status.

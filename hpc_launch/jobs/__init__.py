@@ -21,8 +21,8 @@ from __future__ import annotations
 from .cancel import CancelResult, cancel, cancel_group, cancel_ident
 from .examine import examine
 from .connect import TransportFor, transport_for
-from .logfile import capsule_of, log_text_or_empty, read_whole_log
-from .groups import chain_links, find_jobs, group_members, lookup, submit_array
+from .logfile import array_tasks, capsule_of, log_text_or_empty, read_whole_log
+from .groups import chain_links, find_jobs, group_members, lookup, recorded, submit_array
 from .placing import NotRecorded, record_for, run_submit, signals_held
 from .state import NeverRuns, Outcome, exit_hint, query, refresh, refresh_is_cheap, state_from_exit_code, state_poller
 from .rerun import RerunUI, rerun
@@ -41,6 +41,7 @@ __all__ = [
     "find_jobs",
     "group_members",
     "lookup",
+    "recorded",
     "submit_array",
     "NotRecorded",
     "record_for",
@@ -59,6 +60,7 @@ __all__ = [
     "capsule_of",
     "log_text_or_empty",
     "read_whole_log",
+    "array_tasks",
     "RerunUI",
     "rerun",
     "Where",

@@ -4,14 +4,19 @@ Which jobs an id names (one job, or a group) is decided here, for every command 
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, List, Optional
 
+from msgspec.structs import replace as replace_struct
+
 from .. import dialects, secrets
 from ..dialects import Dialect
-from ..errors import JobNotFound, SchedulerError, SpecError
+from ..errors import HpcLaunchError, JobNotFound, SchedulerError, SpecError
 from ..records import JobRecord, JobStore
+from ..states import JobState
 from ..transport.base import Transport
 from .placing import NotRecorded, add_or_explain, discard, opened, placed, record_for, run_submit, signals_held, write
 
@@ -29,9 +34,11 @@ def submit_link(
     link: int,
     previous: str,
     sleep: Callable[[float], None],
+    on_recorded: Optional[Callable[[JobRecord], None]] = None,
 ) -> str:
     """Link `link` of a chain: the same script under its own name, held until `previous` ends.
-    It resumes from the newest complete checkpoint (or exits at once if training is done)."""
+    It resumes from the newest complete checkpoint (or exits at once if training is done).
+    `on_recorded` (the CLI naming it) runs once it is recorded."""
     script = prepared.script.link(link)
     script_path = f"{workdir}/{script.script_relpath}"
     write(transport, script_path, script.text, 0o755, [], prepared.host)
@@ -69,6 +76,8 @@ def submit_link(
     if prepared.job.exclude:
         record.extra["excluded"] = list(prepared.job.exclude)
     add_or_explain(store, record, prepared)
+    if on_recorded is not None:
+        on_recorded(record)
     return job_id
 
 
@@ -168,6 +177,93 @@ def submit_array(
             transport.close()
 
 
+SCRIPT_READ_LIMIT = 1 << 20
+
+
+def user_array_tasks(transport: Callable[[], Transport], rec: JobRecord) -> List[str]:
+    """The task ids of a job the user made an array (`--directive "-J 1-2"`): its tasks, not the
+    array, write the logs and exit files. [] for any other job (the script is read, and
+    `transport()` asked for, only for an id the scheduler gives arrays)."""
+
+    def script_text() -> str:
+        try:
+            return transport().read_from(rec.script_path, 0, SCRIPT_READ_LIMIT).decode("utf-8", "replace")
+        except (OSError, HpcLaunchError):
+            return ""
+
+    return dialects.get(rec.dialect).user_array_tasks(rec.job_id, rec.submit_argv or [], script_text)
+
+
+def subjob_view(parent: JobRecord, task_id: str) -> JobRecord:
+    """A task of a user's array as a record of its own: its log and exit file are the array's
+    with the task's number (`NAME.o20` -> `NAME.o20.1`, `.live` and `.exitcode` alike: the job
+    script names them from its own number), its state what the array's was until it is asked."""
+    dialect = dialects.get(parent.dialect)
+
+    def renamed(path: str) -> str:
+        if not path:
+            return path
+        folder, base = os.path.split(path)
+        if parent.job_id in base:
+            base = base.replace(parent.job_id, task_id)
+        else:  # the last whole `20` in the name: the job's own number, after any digits of its name
+            found = list(re.finditer(rf"(?<![0-9]){re.escape(dialect.job_num(parent.job_id))}(?![0-9])", base))
+            if found:
+                at = found[-1]
+                base = base[: at.start()] + dialect.job_num(task_id) + base[at.end() :]
+        return os.path.join(folder, base)
+
+    index = re.search(r"\[(\d+)\]", task_id)
+    extra = {**(parent.extra or {}), "array": parent.job_id, "task": int(index.group(1)) if index else 0}
+    # how the task ended is its own: until asked, it is as far as the array (an ended one's tasks have begun)
+    state = JobState.RUNNING.value if JobState(parent.state).terminal else parent.state
+    return replace_struct(
+        parent,
+        job_id=task_id,
+        log_path=renamed(parent.log_path),
+        exit_path=renamed(parent.exit_path),
+        extra=extra,
+        state=state,
+        exit_code=None,
+        comment="",
+        end_time=None,
+    )
+
+
+def subjobs_of(transport: Callable[[], Transport], parent: JobRecord) -> List[JobRecord]:
+    """The tasks of a user's array as records (not stored: `recorded` stores them)."""
+    return [subjob_view(parent, task) for task in user_array_tasks(transport, parent)]
+
+
+def recorded(store: JobStore, views: List[JobRecord]) -> List[JobRecord]:
+    """These jobs as stored; a task of a user's array is added the first time it is needed
+    (following it keeps its record up to date)."""
+    out = []
+    for view in views:
+        try:
+            out.append(store.get(view.job_id, view.cluster))
+        except JobNotFound:
+            store.add(view)
+            out.append(store.get(view.job_id, view.cluster))
+    return out
+
+
+_SUBJOB = re.compile(r"^(\d+)\[(\d+)\](.*)$")  # `9[1]`, `9[1].server`: a task of the array `9[]`
+
+
+def subjob_of_recorded_array(store: JobStore, ident: str, cluster: Optional[str] = None) -> Optional[JobRecord]:
+    """`9[1]` when only the array `9[]` was recorded (a user's `-J`): that task's record, or None."""
+    m = _SUBJOB.match(ident.strip())
+    if not m:
+        return None
+    try:
+        parent = store.get(f"{m.group(1)}[]{m.group(3)}", cluster)
+    except JobNotFound:
+        return None
+    suffix = parent.job_id[len(m.group(1)) + 2 :]
+    return subjob_view(parent, f"{m.group(1)}[{m.group(2)}]{suffix}")
+
+
 def group_members(store: JobStore, ident: str, cluster: Optional[str] = None) -> List[JobRecord]:
     """The jobs of the sweep, job array or first-to-start group `ident` names (a sweep id, an
     array's id as submit printed it, or that id's number; a group id), in point order; [] when
@@ -195,6 +291,9 @@ def find_jobs(store: JobStore, ident: str, cluster: Optional[str] = None) -> Lis
         members = group_members(store, ident, cluster)
         if members:
             return members
+        task = subjob_of_recorded_array(store, ident, cluster)
+        if task is not None:
+            return [task]
         raise
 
 
@@ -209,9 +308,9 @@ class Target:
 def lookup(store: JobStore, ident: str, cluster: Optional[str] = None) -> Target:
     """The jobs `ident` names, for `logs`, `status`, `cancel`, `report`. Raises JobNotFound."""
     found = find_jobs(store, ident, cluster)
+    # a user's array (`-J`) is its own record, whose tasks may be recorded beside it: one job
+    members = [m for m in group_members(store, ident, cluster) if m.extra.get("array") != found[0].job_id]
     group = (
-        len(found) > 1
-        or (found[0].job_id != ident and bool(group_members(store, ident, cluster)))
-        or (found[0].extra or {}).get("sweep") == ident
+        len(found) > 1 or (found[0].job_id != ident and bool(members)) or (found[0].extra or {}).get("sweep") == ident
     )
     return Target(found, group)

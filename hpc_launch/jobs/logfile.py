@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, List
 
 from ..logs import LogTail
 from ..records import JobRecord
+from ..transport.base import Transport
 from .connect import transport_for
 
 if TYPE_CHECKING:
@@ -29,6 +30,24 @@ def log_text_or_empty(record: JobRecord) -> str:
         return read_whole_log(record)
     except FileNotFoundError:
         return ""
+
+
+def array_tasks(record: JobRecord) -> List[JobRecord]:
+    """The tasks of a job the user made an array (`-J 1-2`), each with its own log; [] otherwise."""
+    from .groups import subjobs_of
+
+    opened: List[Transport] = []
+
+    def transport() -> Transport:  # opened only for an id the scheduler gives arrays
+        if not opened:
+            opened.append(transport_for(record.host))
+        return opened[0]
+
+    try:
+        return subjobs_of(transport, record)
+    finally:
+        for t in opened:
+            t.close()
 
 
 def capsule_of(record: JobRecord) -> "Capsule":

@@ -45,6 +45,7 @@ from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
 from .connect import TransportFor, transport_for
+from .groups import subjobs_of
 
 
 def cancel_requested(rec: JobRecord) -> bool:
@@ -120,7 +121,8 @@ def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
     run = runner(transport, records[0])
     known = dialect.query_jobs(run, {r.job_id: r.script_name for r in records})
     answers = {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
-    queued = [job for job, got in answers.items() if got.state == JobState.QUEUED]
+    # a job the scheduler says cannot start as it is has no start to estimate
+    queued = [job for job, got in answers.items() if got.state == JobState.QUEUED and not got.never_runs]
     if queued:  # one more command, only while some wait
         try:
             estimates = dialect.start_estimates(run, queued)
@@ -142,6 +144,12 @@ def _decide(
             # a word we do not know never ends (or restarts) a job: keep what we had
             return Outcome(JobState(rec.state), None, info.raw, info.comment or rec.comment, info.never_runs)
         return Outcome(info.state, None, info.raw, info.comment, info.never_runs)
+    if info is None or info.ended:  # forgotten by the scheduler: a user's array ends as its tasks did
+        tasks = subjobs_of(lambda: transport, rec)
+        if tasks:
+            return _array_outcome(
+                rec, [(t.job_id, read_exit_code(transport, t.exit_path, t.script_name)) for t in tasks]
+            )
     code = read_exit_code(transport, rec.exit_path, rec.script_name)
     if info is not None and not info.ended:
         # the scheduler says how it ended (state and maybe its own exit status)
@@ -167,6 +175,20 @@ def _decide(
             return Outcome(verdict.state, code, raw, verdict.comment)
     state = state_from_exit_code(code, rec)
     return Outcome(state, code, raw, comment or exit_hint(state, code, rec))
+
+
+def _array_outcome(rec: JobRecord, codes: List[Tuple[str, Optional[int]]]) -> Outcome:
+    """An array (its own id, with no exit file of its own) from its tasks' exit files: as good as its
+    worst task, which the comment names."""
+    worst = [JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.DONE]
+    states = [(task, code, state_from_exit_code(code, rec)) for task, code in codes]
+    state = min((s for _, _, s in states), key=worst.index)
+    if state == JobState.DONE:
+        return Outcome(state, 0, "tasks", f"all {len(codes)} array tasks wrote exit code 0")
+    bad = [(task, code) for task, code, s in states if s == state]
+    task, code = bad[0]
+    how = f"exit code {code}" if code is not None else exit_hint(state, code, rec)
+    return Outcome(state, code, "tasks", f"{len(bad)} of {len(codes)} array tasks {state.value}, first {task}: {how}")
 
 
 def _log_tail(transport: Transport, rec: JobRecord, size: int = 16384) -> str:
@@ -207,6 +229,8 @@ def start_words(rec: JobRecord, now: Optional[float] = None) -> str:
     follower's waiting line): `in 2h10m (Resources: waiting for nodes)`. "" for a job not queued."""
     if JobState(rec.state) != JobState.QUEUED:
         return ""
+    if ((rec.extra or {}).get(START_KEY) or {}).get("never"):
+        return "not as it is (the scheduler says why)"
     at, reason = start_of(rec)
     dialect = dialects.get(rec.dialect)
     if at is not None:
@@ -226,7 +250,9 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     (remembered for the cluster, so later jobs avoid them)."""
     fields: dict = {"state": got.state.value}
     extra = {k: v for k, v in (rec.extra or {}).items() if k != START_KEY}
-    if got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
+    if got.state == JobState.QUEUED and got.never_runs:
+        extra[START_KEY] = {"at": None, "reason": "", "never": True}
+    elif got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
         extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
         bad = bad_hosts_of(transport, rec, got)
@@ -401,7 +427,7 @@ def state_poller(
             on_comment(got.comment)
         seen["comment"] = got.comment
         start = (None if got.estimated_start is None else round(got.estimated_start / 60), got.pending_reason)
-        if got.state == JobState.QUEUED and start != seen["start"] and on_start is not None:
+        if got.state == JobState.QUEUED and start != seen["start"] and on_start is not None and not got.never_runs:
             at_rest = {k: v for k, v in (current.extra or {}).items() if k != START_KEY}
             on_start(
                 replace_struct(
@@ -412,11 +438,13 @@ def state_poller(
             )
         seen["start"] = start
         if got.never_runs:
+            cancel = f"`hpc-launch cancel {record.job_id}`"
             raise NeverRuns(
-                f"job {record.job_id} will never run: {got.comment}",
-                hint=(
-                    f"cancel it with `hpc-launch cancel {record.job_id}` and resubmit with fewer nodes or another queue"
-                ),
+                f"job {record.job_id} will never run as it is: {got.comment}",
+                # the scheduler's words may name the user's own fix (Grid Engine's Eqw: qmod -cj)
+                hint=f"or cancel it with {cancel}"
+                if "`" in got.comment
+                else f"cancel it with {cancel} and resubmit with fewer nodes or another queue",
             )
         return got.state
 

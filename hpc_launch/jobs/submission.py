@@ -101,7 +101,9 @@ def submit(
                 previous = job_id
                 for link in range(2, job.chain + 1):
                     written = []  # earlier links exist: a failure now leaves them, recorded
-                    previous = submit_link(transport, store, prepared, dialect, workdir, record, link, previous, sleep)
+                    previous = submit_link(
+                        transport, store, prepared, dialect, workdir, record, link, previous, sleep, on_recorded
+                    )
         except NotRecorded:
             raise
         except BaseException as exc:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
