@@ -103,6 +103,11 @@ class Queue(_Strict):
     gpus: Optional[NonNeg] = None  # GPUs per node when this queue differs from the node
     cpus: Optional[Positive] = None  # CPUs a job gets per node when this queue differs from the node
     by_request: bool = False  # usable only after the site grants it: never suggested as a fix
+    # A user's jobs in this queue at once, in any state (queued, held, running): the scheduler
+    # refuses the next one at submit (ALCF debug-scaling: 1). Checked before a chain or sweep is
+    # submitted (site_rules.check_jobs).
+    max_user_jobs: Optional[Positive] = None
+    max_user_running: Optional[Positive] = None  # of them running at once: the others wait queued
     note: Optional[str] = None
 
     def __post_init__(self):
@@ -244,6 +249,12 @@ class Profile(_Strict):
     # walltime (Aurora: debug-scaling from 2 nodes, debug for one, prod from 256)
     queue_fallbacks: List[str] = []
     default_walltime: str = "01:00:00"
+    # A user's jobs in all queues together, in any state (OLCF Frontier: 100), and running at once
+    max_user_jobs: Optional[Positive] = None
+    max_user_running: Optional[Positive] = None
+    # Each task of a job array counts as a job against those limits (PBS at ALCF, Slurm's
+    # MaxSubmitJobs); false where the site's docs count a whole array as one job.
+    array_tasks_count: bool = True
     group: Group = msgspec.field(default_factory=Group)
     directives: List[str] = []
     modules: Modules = msgspec.field(default_factory=Modules)

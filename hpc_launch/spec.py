@@ -485,7 +485,9 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             hint="run from, or pass --workdir, a plain path",
         )
 
-    site_rules.check(p, queue=queue_name, nodes=spec.nodes + spares, walltime_s=walltime_s, procs_per_node=procs)
+    site_rules.check(
+        p, queue=queue_name, nodes=spec.nodes + spares, walltime_s=walltime_s, procs_per_node=procs, chain=spec.chain
+    )
 
     venv = spec.venv or p.python.venv
     if venv == "auto":

@@ -253,7 +253,6 @@ def plan(
         except SpecError as exc:
             raise SpecError(f"sweep point {i + 1} ({label(value)}): {exc.message}", hint=exc.hint) from None
         points.append(Point(i, value, prepared))
-    check_points(points)
     result = SweepPlan(sweep_id, points)
     dialect = dialects.get(base.job.profile.dialect)
     shapes = {p.shape for p in points}
@@ -270,7 +269,39 @@ def plan(
             )
         for p in points:
             result.submissions.append(Submission([p], p.prepared, array=False))
+    _check_user_limits(result)  # before check_points: it imports torch and DeepSpeed
+    check_points(points)
     return result
+
+
+def _check_user_limits(sweep: SweepPlan) -> None:
+    """Every point is queued at once: refused before anything is submitted where the site lets
+    a user have fewer jobs in the queue (each array task counts where the site counts it), and
+    a note where fewer run at once."""
+    from . import site_rules
+
+    profile = sweep.points[0].prepared.job.profile
+    jobs: Dict[Optional[str], int] = {}
+    for sub in sweep.submissions:
+        job = sub.prepared.job
+        tasks = len(sub.points) if not sub.array or profile.array_tasks_count else 1
+        jobs[job.queue] = jobs.get(job.queue, 0) + tasks * job.chain
+    total = sum(jobs.values())
+    site_rules.check_jobs(
+        profile,
+        jobs,
+        what=f"the sweep submits {total} jobs at once",
+        fewer=lambda most: f"a grid of at most {most} point(s)",
+        nodes=max(p.prepared.job.nodes for p in sweep.points),
+        walltime_s=max(p.prepared.job.walltime_s for p in sweep.points),
+    )
+    for name, count in jobs.items():
+        q = profile.queues.get(name or "")
+        running = q.max_user_running if q and q.max_user_running else profile.max_user_running
+        if running and count > running:
+            sweep.notes.append(
+                f"{profile.name} runs {running} of a user's jobs at once on {name}: the points wait their turn"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
