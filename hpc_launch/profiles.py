@@ -204,6 +204,8 @@ class Stage(_Strict):
     # node-local directory, the same path on every node; $VAR is expanded on each node, {host} becomes its name
     dest: Optional[str] = None
     timeout_s: Annotated[int, Meta(ge=10, le=3600)] = 300  # for the tree to connect, and the most a node may wait
+    # directives a job needs only when it stages: the request for the node-local disk (Frontier: -C nvme)
+    directives: List[str] = []
 
     @property
     def on(self) -> bool:
@@ -249,6 +251,9 @@ class Profile(_Strict):
     # walltime (Aurora: debug-scaling from 2 nodes, debug for one, prod from 256)
     queue_fallbacks: List[str] = []
     default_walltime: str = "01:00:00"
+    # Where the site wants jobs to run from ({group}: the project), where it advises against the home
+    # directory for job I/O (ALCF Aurora: the project's Flare space): a work dir in home is refused naming it
+    project_dir: Optional[str] = None
     # A user's jobs in all queues together, in any state (OLCF Frontier: 100), and running at once
     max_user_jobs: Optional[Positive] = None
     max_user_running: Optional[Positive] = None
@@ -292,7 +297,7 @@ class Profile(_Strict):
                 raise ValueError(f"charge.queues: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
         if self.stage.on and not launcher_entry(self.launch.launcher).per_node:
             raise ValueError(f"stage: the {self.launch.launcher} launcher has no way to run one task per node")
-        for line in list(self.directives) + [self.group.flag]:
+        for line in list(self.directives) + list(self.stage.directives) + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
             if used and not self.node.cpus:

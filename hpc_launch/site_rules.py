@@ -15,6 +15,7 @@ all). `check_jobs` refuses such a submission before anything is submitted.
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Dict, List, Optional
 
 from .errors import SpecError
@@ -23,9 +24,24 @@ from .walltime import hms, parse_walltime
 
 
 def check(
-    profile: Profile, *, queue: Optional[str], nodes: int, walltime_s: int, procs_per_node: int, chain: int = 1
+    profile: Profile,
+    *,
+    queue: Optional[str],
+    nodes: int,
+    walltime_s: int,
+    procs_per_node: int,
+    chain: int = 1,
+    workdir: Optional[str] = None,
+    group: Optional[str] = None,
 ) -> None:
     where = f"on {profile.name}"
+    if workdir is not None and profile.project_dir and _in_home(workdir):
+        place = profile.project_dir.replace("{group}", group or "<project>")
+        raise SpecError(
+            f"the work dir {workdir} is in the home directory, and {profile.name} runs jobs from the project's "
+            f"space ({place}), not home",
+            hint=f"pass --workdir {place}/<your dir>",
+        )
     q = profile.queues.get(queue) if queue else None
     if q is not None:
         if q.min_walltime and walltime_s < parse_walltime(q.min_walltime):
@@ -111,6 +127,14 @@ def check_jobs(
             f"(queued, held or running): the scheduler would refuse the rest",
             hint=f"use {fewer(site_most)}, fewer if other jobs of yours are queued there",
         )
+
+
+def _in_home(path: str) -> bool:
+    """`~`, `~/...` (a remote home, as the script names it), /home/..., or under this user's home."""
+    if path == "~" or path.startswith(("~/", "/home/")):
+        return True
+    home = os.path.expanduser("~").rstrip("/")
+    return bool(home) and home != "/" and (path == home or path.startswith(home + "/"))
 
 
 def _jobs(n: int) -> str:

@@ -437,3 +437,30 @@ def test_where_submit_refuses_a_chain_no_cluster_may_queue_before_connecting():
         )
     assert str(err.value).count("allows a user 1 job there at once") == 2
     assert opened == []
+
+
+# ---- the sites' pages: TSUBAME 4.0's interface, Aurora's work dir (issue 28) ----------------
+
+
+def test_tsubame4_talks_over_bond0_not_deepspeeds_eth0():
+    text = _script("tsubame4", group="g", venv="/v")
+    # DeepSpeed's mpirun adds btl_tcp_if_include eth0, which TSUBAME 4.0 nodes do not have
+    assert "--launcher_args '--mca btl_tcp_if_include bond0'" in text
+    assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-bond0}"' in text
+
+
+@pytest.mark.parametrize("workdir", [None, "~/runs/a", "~", "/home/alice/runs"])
+def test_aurora_refuses_a_work_dir_in_home_naming_the_projects_flare_space(workdir):
+    spec = JobSpec(cluster="aurora", group="proj1", venv="/v", login="aurora", workdir=workdir)
+    with pytest.raises(SpecError) as err:
+        from hpc_launch.prepare import prepare
+
+        prepare(spec)  # over ssh: without --workdir the job would go to ~/hpc-launch/NAME
+    line = str(err.value)
+    assert "is in the home directory" in line and "--workdir /lus/flare/projects/proj1/<your dir>" in line
+
+
+def test_aurora_takes_a_work_dir_in_the_project_space():
+    job = _job("aurora", group="proj1", venv="/v", login="aurora", workdir="/lus/flare/projects/proj1/me/run")
+    assert job.workdir == "/lus/flare/projects/proj1/me/run"
+    _job("polaris", group="proj1", login="polaris", workdir="~/runs")  # Polaris says nothing of the kind
