@@ -131,3 +131,51 @@ def test_cancel_of_an_ended_job_answers_the_same_before_and_after_a_refresh(hpc_
     second = _run(hpc_launch_bin, "cancel", job, env=env)  # the record already says so
     assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
     assert "had already ended" in first.stderr and "had already ended" in second.stderr
+
+
+# ---- the commands by use, and tables that fit the terminal (issue 28) ------------------------
+
+
+def test_the_help_lists_the_commands_by_use_submit_first(hpc_launch_bin, env):
+    env["COLUMNS"] = "80"
+    text = _run(hpc_launch_bin, "--help", env=env).stdout
+    panels = re.findall(r"^╭─ (.+?) ─", text, re.M)
+    assert panels == ["Options", "Run a job", "Follow a job", "Plan", "Inside a job"], panels
+    listed = re.findall(r"^│ ([a-z][a-z-]*) ", text, re.M)
+    assert listed[:4] == ["submit", "sweep", "rerun", "status"], listed
+    assert listed[-2:] == ["hostfile", "announce"]
+    # every command sits in a panel of its use, none in typer's catch-all "Commands"
+    assert sorted(listed) == sorted(c for c in COMMANDS if " " not in c)
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_each_command_is_at_most_three_lines_in_the_help(hpc_launch_bin, env):
+    env["COLUMNS"] = "80"
+    text = _run(hpc_launch_bin, "--help", env=env).stdout
+    lines: dict = {}
+    command = None
+    for line in text.splitlines():
+        named = re.match(r"^│ ([a-z][a-z-]*) ", line)
+        if named:
+            command = named.group(1)
+            lines[command] = 1
+        elif command and re.match(r"^│ {5,}\S", line):
+            lines[command] += 1
+        else:
+            command = None
+    # report's and where's whole first paragraphs were 5-7 lines, broken mid-sentence
+    assert lines and max(lines.values()) <= 3, lines
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_clusters_is_one_line_per_cluster_on_the_terminal_it_is_printed_on(hpc_launch_bin, env, columns):
+    env["COLUMNS"] = str(columns)
+    r = _run(hpc_launch_bin, "clusters", env=env)
+    names = [
+        row["name"] for row in __import__("json").loads(_run(hpc_launch_bin, "clusters", "--json", env=env).stdout)
+    ]
+    lines = r.stdout.rstrip("\n").splitlines()
+    assert len(lines) == 1 + len(names), r.stdout  # at 80 columns the titles wrapped into ~47 lines
+    assert all(len(line) <= columns for line in lines), r.stdout
+    assert [line.split()[0] for line in lines[1:]] == names
+    assert "retired" in next(line for line in lines if line.startswith("abci2 "))

@@ -94,13 +94,14 @@ def clusters_list(
         print_json(rows)
         return
     print_table(
-        ("name", "scheduler", "GPUs/node", "launcher", "status", "title"),
+        ("name", "scheduler", "GPUs", "launcher", "status", "title"),
         [
             (r["name"], "-", "-", "-", "broken", r["error"])
             if r["status"] == "broken"
             else (r["name"], r["scheduler"], str(r["gpus_per_node"]), r["launcher"], r["status"], r["title"])
             for r in rows
         ],
+        fit="title",  # one line per cluster at any width (`clusters show NAME` has it all)
     )
 
 
