@@ -17,7 +17,7 @@ import re
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, TYPE_CHECKING, Tuple, get_args
+from typing import Any, Dict, List, Literal, Optional, Sequence, TYPE_CHECKING, Tuple, Union, get_args
 
 import msgspec
 from msgspec import Meta, Struct
@@ -420,6 +420,8 @@ class ParsedCache:
 
 
 _Found = Dict[str, Tuple[Dict[str, Any], List[Path]]]
+# `--profile FILE`, given once or more: each file merged in turn, after every other source
+ProfileFiles = Union[None, str, Sequence[str]]
 
 
 def _read_yaml(path: Path) -> Dict[str, Any]:
@@ -489,11 +491,16 @@ def _discover(dirs: Tuple[Path, ...]) -> Tuple[_Found, Dict[str, ProfileError]]:
     return found, broken
 
 
-def _all(profile_file: Optional[str] = None) -> Tuple[_Found, Optional[str], Dict[str, ProfileError]]:
+def _all(profile_file: ProfileFiles = None) -> Tuple[_Found, List[str], Dict[str, ProfileError]]:
+    """Every profile, the clusters the --profile files name (in turn, each once) and the broken ones."""
     discovered, broken = _discover(tuple(clusters_dirs()))
     found = dict(discovered)
-    added = _add(found, _read_yaml(Path(profile_file)), Path(profile_file)) if profile_file else None
-    return found, added, broken
+    files = [profile_file] if isinstance(profile_file, str) else list(profile_file or ())
+    named: List[str] = []
+    for f in filter(None, files):
+        name = _add(found, _read_yaml(Path(f)), Path(f))
+        named += [] if name in named else [name]
+    return found, named, broken
 
 
 def _resolve_raw(name: str, found: _Found, seen: Tuple[str, ...] = ()) -> Tuple[Dict[str, Any], List[Path]]:
@@ -548,10 +555,14 @@ def available() -> List[str]:
     return sorted(set(found) | set(broken))
 
 
-def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
-    """The resolved profile `name`; `profile_file` (the --profile option) is merged last."""
-    found, added, broken = _all(profile_file)
-    name = name or added or "local"
+def load(name: Optional[str], *, profile_file: ProfileFiles = None) -> Profile:
+    """The resolved profile `name`; `profile_file` (the --profile files, in turn) is merged last."""
+    found, named, broken = _all(profile_file)
+    if not name and len(named) > 1:
+        raise ProfileError(
+            f"the --profile files name {len(named)} clusters ({', '.join(named)})", hint="pick one with --cluster NAME"
+        )
+    name = name or (named[0] if named else "local")
     if name in broken:
         raise broken[name]
     if name not in found:
@@ -564,7 +575,7 @@ def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
     return _validate(raw, sources)
 
 
-def sources_of(name: str, *, profile_file: Optional[str] = None) -> List[Path]:
+def sources_of(name: str, *, profile_file: ProfileFiles = None) -> List[Path]:
     found = _all(profile_file)[0]
     return list(_resolve_raw(name, found)[1]) if name in found else []
 
@@ -596,7 +607,7 @@ def summaries() -> List[Dict[str, Any]]:
     return rows
 
 
-def resolved_yaml(name: str, profile_file: Optional[str] = None) -> str:
+def resolved_yaml(name: str, profile_file: ProfileFiles = None) -> str:
     """`clusters show NAME`: the profile as resolved (defaults filled, overrides merged), with
     the files it came from."""
     import yaml

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from msgspec.structs import replace
 
@@ -24,6 +24,9 @@ from .errors import SpecError
 from .plan import AXES, FLAGS, check_points, entry_choices, label, undefined
 from .jobs.connect import TransportFor, transport_for
 from .protocol import POLL, Backoff
+
+if TYPE_CHECKING:
+    from .profiles import ProfileFiles
 
 _FILE_KEYS = {"micro-batch": "micro_batch", "micro_batches": "micro_batch", "stage": "zero"}
 
@@ -226,7 +229,7 @@ def plan(
     spec,
     values: List[Dict[str, Any]],
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     separate: bool = False,
     stamp: Optional[str] = None,
 ) -> SweepPlan:
@@ -436,7 +439,7 @@ def run(
     values: List[Dict[str, Any]],
     ui: Run,
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     separate: bool = False,
     out: Optional[str] = None,
     no_wait: bool = False,

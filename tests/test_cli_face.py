@@ -179,3 +179,55 @@ def test_clusters_is_one_line_per_cluster_on_the_terminal_it_is_printed_on(hpc_l
     assert all(len(line) <= columns for line in lines), r.stdout
     assert [line.split()[0] for line in lines[1:]] == names
     assert "retired" in next(line for line in lines if line.startswith("abci2 "))
+
+
+# ---- --profile given more than once (issue 28) ------------------------------------------------
+
+
+@pytest.fixture
+def two_profiles(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: ca\nextends: local\ntitle: cluster A\n")
+    (tmp_path / "b.yaml").write_text("name: cb\nextends: local\ntitle: cluster B\n")
+    (tmp_path / "b2.yaml").write_text("name: cb\ntitle: cluster B2\n")  # alone not a profile: merged over b.yaml
+    return tmp_path
+
+
+def test_where_takes_every_profile_file(hpc_launch_bin, env, two_profiles):
+    r = _run(
+        hpc_launch_bin, "where", "-c", "ca,cb", "--profile", "a.yaml", "--profile", "b.yaml",
+        env=env, cwd=two_profiles,
+    )  # fmt: skip
+    assert "unknown cluster" not in r.stdout + r.stderr  # the first file was dropped: "ca  refused: unknown cluster"
+    assert re.search(r"^ca\b", r.stdout, re.M) and re.search(r"^cb\b", r.stdout, re.M), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", ["fast", "typer"])
+def test_submit_merges_profile_files_in_turn_and_asks_which_cluster_when_they_name_several(
+    hpc_launch_bin, env, two_profiles, path
+):
+    dry_run = ["--dry-run"]
+    if path == "typer":
+        env["HPC_LAUNCH_NO_FAST"] = "1"
+    run = _run(
+        hpc_launch_bin, "submit", "-c", "cb", "--profile", "a.yaml", "--profile", "b.yaml", "--profile", "b2.yaml",
+        *dry_run, env=env, cwd=two_profiles,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "for cluster B2 [cb]" in run.stdout  # b2.yaml over b.yaml
+    both = _run(
+        hpc_launch_bin, "submit", "--profile", "a.yaml", "--profile", "b.yaml", *dry_run, env=env, cwd=two_profiles
+    )
+    assert both.returncode != 0 and both.stdout == ""
+    assert both.stderr.strip().splitlines() == [
+        "hpc-launch: error: the --profile files name 2 clusters (ca, cb) (pick one with --cluster NAME)"
+    ]
+
+
+def test_clusters_show_names_every_profile_file_it_merged(hpc_launch_bin, env, two_profiles):
+    r = _run(
+        hpc_launch_bin, "clusters", "show", "cb", "--profile", "b.yaml", "--profile", "b2.yaml",
+        env=env, cwd=two_profiles,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].endswith("local.yaml, b.yaml, b2.yaml")
+    assert "title: cluster B2" in r.stdout and "dialect: none" in r.stdout

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -108,8 +108,8 @@ def clusters_list(
 @clusters_app.command("show")
 def clusters_show(
     name: str = typer.Argument(..., metavar="CLUSTER", help="cluster name"),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
 ) -> None:
     """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""

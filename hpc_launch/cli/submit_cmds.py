@@ -102,8 +102,8 @@ def submit(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     stop_before: Optional[str] = typer.Option(
         None,
@@ -218,8 +218,8 @@ def sweep(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     separate: bool = typer.Option(False, "--separate", help="one job per point even where the scheduler has arrays"),
     out: Optional[str] = typer.Option(
@@ -343,8 +343,8 @@ def rerun(
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job runs and logs"),
     venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
     login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="submit over SSH on this host"),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs (default: the job's)"),
     dry_run: bool = typer.Option(
@@ -429,8 +429,8 @@ def where(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     exclude: Optional[str] = typer.Option(
         None, "--exclude", "-x", metavar="HOSTS", help="keep the job off these hosts"
@@ -489,7 +489,7 @@ the job goes to each cluster, the first to start trains and the others are cance
         raise typer.Exit(3 if any(a.error for a in answers) else 2)
 
 
-def _first_start(clusters: List[str], spec_of, profile: Optional[str], no_wait: bool) -> int:
+def _first_start(clusters: List[str], spec_of, profile: List[str], no_wait: bool) -> int:
     """`where --submit`: the group id on stdout, each cluster's job (or refusal) and the outcome on stderr."""
     from ..jobs.first_start import run
 
