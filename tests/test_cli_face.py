@@ -231,3 +231,14 @@ def test_clusters_show_names_every_profile_file_it_merged(hpc_launch_bin, env, t
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0].endswith("local.yaml, b.yaml, b2.yaml")
     assert "title: cluster B2" in r.stdout and "dialect: none" in r.stdout
+
+
+@pytest.mark.parametrize("command", ["sweep", "report", "doctor", "where", "completion"])
+def test_a_commands_description_wraps_at_the_terminal_not_at_the_source_lines(hpc_launch_bin, env, command):
+    env["COLUMNS"] = "80"
+    text = _run(hpc_launch_bin, command, "--help", env=env).stdout
+    head = [line.rstrip() for line in text.split("Usage:", 1)[1].split("╭", 1)[0].splitlines()[1:]]
+    # a line is broken early when the next line's first word would have fitted on it (the source's
+    # breaks left stubs such as " plan's memory" on a line of their own)
+    early = [a for a, b in zip(head, head[1:]) if a.strip() and b.strip() and len(a) + 1 + len(b.split()[0]) < 80]
+    assert not early, "\n".join(early)

@@ -44,15 +44,24 @@ class _ByUse(TyperGroup):
         command: Any = super().get_command(ctx, cmd_name)  # a TyperCommand or TyperGroup: both have a panel
         if command is not None and cmd_name in _PANEL_OF:
             command.rich_help_panel = _PANEL_OF[cmd_name]
-            if not command.short_help and command.help:
-                command.short_help = summary(command.help)
+            if command.help:
+                command.help = reflowed(command.help)
+                command.short_help = command.short_help or summary(command.help)
         return command
+
+
+def reflowed(text: str) -> str:
+    """A docstring's paragraphs each on one line, for the terminal to wrap: typer's rich markup
+    keeps the source's line breaks, so a narrow terminal broke every line twice."""
+    import inspect
+
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
 
 
 def summary(text: str, most: int = 90) -> str:
     """A command's line in `hpc-launch --help`: its help's first paragraph on one line (rich
     markup keeps the docstring's line breaks), cut before its details when it is long."""
-    line = " ".join(text.strip().split("\n\n")[0].split())
+    line = reflowed(text).split("\n\n")[0]
     if len(line) > most:
         cuts = [i for i in (line.find(sep) for sep in (": ", "; ", ". ")) if i >= 20]
         if cuts:
