@@ -242,3 +242,12 @@ def test_a_commands_description_wraps_at_the_terminal_not_at_the_source_lines(hp
     # breaks left stubs such as " plan's memory" on a line of their own)
     early = [a for a, b in zip(head, head[1:]) if a.strip() and b.strip() and len(a) + 1 + len(b.split()[0]) < 80]
     assert not early, "\n".join(early)
+
+
+@pytest.mark.parametrize("command", ["submit", "sweep", "where", "plan"])
+def test_a_group_given_to_minus_g_as_grid_engine_sites_spell_it_is_pointed_to_minus_p(hpc_launch_bin, env, command):
+    # ABCI 2.0 and TSUBAME 4.0 take the group as `qsub -g GROUP`; here -g is --gpus-per-node
+    r = _run(hpc_launch_bin, command, "-c", "tsubame4", "-g", "tga-lab", env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "'tga-lab' is not a number of GPUs; a group or project goes to -P/--group" in r.stderr
+    assert r.stderr.count("\n") == 1

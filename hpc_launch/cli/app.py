@@ -113,6 +113,25 @@ def _root(
 
 
 # ---- reading options ---------------------------------------------------------------------------
+
+try:  # typer 0.28 carries its own click
+    from typer._click import types as _click_types
+except ImportError:  # pragma: no cover - an older typer on the system click
+    from click import types as _click_types  # type: ignore[no-redef]
+
+
+class _GpuCount(_click_types.IntParamType):  # type: ignore[misc]
+    """-g N: a whole number of GPUs. Grid Engine sites spell the group `qsub -g GROUP` (ABCI 2.0,
+    TSUBAME 4.0), so a word there is most likely the group: say where it goes."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except _click_types.BadParameter:
+            self.fail(f"{value!r} is not a number of GPUs; a group or project goes to -P/--group", param, ctx)
+
+
+GPU_COUNT = _GpuCount()
 # The conversions live in option_values (typer-free, shared with the fast path); here a bad value
 # becomes typer's usage error, which names the option.
 

@@ -7,7 +7,17 @@ from typing import List, Optional
 
 import typer
 
-from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_json, print_table, run_checked
+from .app import (
+    COMPLETE_VAR,
+    GPU_COUNT,
+    app,
+    clusters_app,
+    complete_clusters,
+    err,
+    print_json,
+    print_table,
+    run_checked,
+)
 from .hostfile_run import read_hostfile
 
 
@@ -126,7 +136,7 @@ def plan(
     ),
     nodes: int = typer.Option(1, "--nodes", "-n", metavar="N", help="number of nodes"),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs per node (default: the queue's)"
+        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs per node (default: the queue's)"
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 import typer
 
 from ..protocol import EXIT_SIGINT
-from .app import app, complete_clusters, parse_env, run_checked, say, split_args, split_list, usage_errors
+from .app import GPU_COUNT, app, complete_clusters, parse_env, run_checked, say, split_args, split_list, usage_errors
 from .submit_run import Announcer, job_options, read_submit, show_dry_run
 
 
@@ -32,7 +32,12 @@ def submit(
         None, "--nodes", "-n", metavar="N", help="number of nodes (default 1; pods: all --hosts)"
     ),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"
+        None,
+        "--gpus-per-node",
+        "-g",
+        metavar="N",
+        click_type=GPU_COUNT,
+        help="GPUs (ranks) per node; default: all of the node's",
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
@@ -192,7 +197,7 @@ def sweep(
         None, "--train-args", metavar="'ARGS'", help="the other training arguments, shared by every point"
     ),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node"
+        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs (ranks) per node"
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
@@ -309,6 +314,7 @@ def rerun(
         "--gpus-per-node",
         "-g",
         metavar="N",
+        click_type=GPU_COUNT,
         help="GPUs (ranks) per node (default: the job's, if the node has them)",
     ),
     queue: Optional[str] = typer.Option(
@@ -403,7 +409,12 @@ def where(
     ),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-n", metavar="N", help="number of nodes (default 1)"),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"
+        None,
+        "--gpus-per-node",
+        "-g",
+        metavar="N",
+        click_type=GPU_COUNT,
+        help="GPUs (ranks) per node; default: all of the node's",
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
