@@ -251,3 +251,12 @@ def test_a_group_given_to_minus_g_as_grid_engine_sites_spell_it_is_pointed_to_mi
     assert r.returncode == 2 and r.stdout == ""
     assert "'tga-lab' is not a number of GPUs; a group or project goes to -P/--group" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_clusters_at_80_columns_still_says_in_full_why_a_profile_is_broken(hpc_launch_bin, env, tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "abci.yaml").write_text("name: abci\nnode: {gpus: lots}\n")
+    env.update(COLUMNS="80", HPC_LAUNCH_CLUSTERS_DIR=str(tmp_path / "p"))
+    out = _run(hpc_launch_bin, "clusters", env=env).stdout
+    assert re.search(r"^abci +- +- +- +broken ", out, re.M), out
+    assert out.rstrip().splitlines()[-1] == f"abci: {tmp_path}/p/abci.yaml: key `node.gpus`: Expected `int`, got `str`"

@@ -113,6 +113,9 @@ def clusters_list(
         ],
         fit="title",  # one line per cluster at any width (`clusters show NAME` has it all)
     )
+    for r in rows:  # a broken profile's whole error, which its title cell cuts
+        if r["status"] == "broken":
+            sys.stdout.write(f"{r['name']}: {r['error']}\n")
 
 
 @clusters_app.command("show")
