@@ -10,7 +10,9 @@ cover the ranks asked for. Each violation is a SpecError whose one line names a 
 A user's jobs at once (`max_user_jobs`, per queue and for the whole site): a chain submits all
 its links at once and a sweep all its points, so where the site allows fewer the scheduler
 takes the first ones and refuses the rest (ALCF: 1 job per user on debug-scaling; OLCF: 100 in
-all). `check_jobs` refuses such a submission before anything is submitted.
+all). `check_jobs` refuses such a submission before anything is submitted. A site that says
+where jobs run from (`project_dir`: ALCF Aurora's project space, not home) refuses a work dir in
+the home directory.
 """
 
 from __future__ import annotations
