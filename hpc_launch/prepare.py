@@ -111,7 +111,7 @@ def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
 def prepare(
     spec: JobSpec,
     *,
-    profile_file: Optional[str] = None,
+    profile_file: profiles.ProfileFiles = None,
     cwd: Optional[str] = None,
     stamp: Optional[str] = None,
     note: Callable[[str], Any] = lambda line: None,

@@ -17,7 +17,7 @@ import re
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, TYPE_CHECKING, Tuple, get_args
+from typing import Any, Dict, List, Literal, Optional, Sequence, TYPE_CHECKING, Tuple, Union, get_args
 
 import msgspec
 from msgspec import Meta, Struct
@@ -103,6 +103,11 @@ class Queue(_Strict):
     gpus: Optional[NonNeg] = None  # GPUs per node when this queue differs from the node
     cpus: Optional[Positive] = None  # CPUs a job gets per node when this queue differs from the node
     by_request: bool = False  # usable only after the site grants it: never suggested as a fix
+    # A user's jobs in this queue at once, in any state (queued, held, running): the scheduler
+    # refuses the next one at submit (ALCF debug-scaling: 1). Checked before a chain or sweep is
+    # submitted (site_rules.check_jobs).
+    max_user_jobs: Optional[Positive] = None
+    max_user_running: Optional[Positive] = None  # of them running at once: the others wait queued
     note: Optional[str] = None
 
     def __post_init__(self):
@@ -199,6 +204,8 @@ class Stage(_Strict):
     # node-local directory, the same path on every node; $VAR is expanded on each node, {host} becomes its name
     dest: Optional[str] = None
     timeout_s: Annotated[int, Meta(ge=10, le=3600)] = 300  # for the tree to connect, and the most a node may wait
+    # directives a job needs only when it stages: the request for the node-local disk (Frontier: -C nvme)
+    directives: List[str] = []
 
     @property
     def on(self) -> bool:
@@ -244,6 +251,15 @@ class Profile(_Strict):
     # walltime (Aurora: debug-scaling from 2 nodes, debug for one, prod from 256)
     queue_fallbacks: List[str] = []
     default_walltime: str = "01:00:00"
+    # Where the site wants jobs to run from ({group}: the project), where it advises against the home
+    # directory for job I/O (ALCF Aurora: the project's Flare space): a work dir in home is refused naming it
+    project_dir: Optional[str] = None
+    # A user's jobs in all queues together, in any state (OLCF Frontier: 100), and running at once
+    max_user_jobs: Optional[Positive] = None
+    max_user_running: Optional[Positive] = None
+    # Each task of a job array counts as a job against those limits (PBS at ALCF, Slurm's
+    # MaxSubmitJobs); false where the site's docs count a whole array as one job.
+    array_tasks_count: bool = True
     group: Group = msgspec.field(default_factory=Group)
     directives: List[str] = []
     modules: Modules = msgspec.field(default_factory=Modules)
@@ -281,7 +297,7 @@ class Profile(_Strict):
                 raise ValueError(f"charge.queues: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
         if self.stage.on and not launcher_entry(self.launch.launcher).per_node:
             raise ValueError(f"stage: the {self.launch.launcher} launcher has no way to run one task per node")
-        for line in list(self.directives) + [self.group.flag]:
+        for line in list(self.directives) + list(self.stage.directives) + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
             if used and not self.node.cpus:
@@ -404,6 +420,8 @@ class ParsedCache:
 
 
 _Found = Dict[str, Tuple[Dict[str, Any], List[Path]]]
+# `--profile FILE`, given once or more: each file merged in turn, after every other source
+ProfileFiles = Union[None, str, Sequence[str]]
 
 
 def _read_yaml(path: Path) -> Dict[str, Any]:
@@ -473,11 +491,16 @@ def _discover(dirs: Tuple[Path, ...]) -> Tuple[_Found, Dict[str, ProfileError]]:
     return found, broken
 
 
-def _all(profile_file: Optional[str] = None) -> Tuple[_Found, Optional[str], Dict[str, ProfileError]]:
+def _all(profile_file: ProfileFiles = None) -> Tuple[_Found, List[str], Dict[str, ProfileError]]:
+    """Every profile, the clusters the --profile files name (in turn, each once) and the broken ones."""
     discovered, broken = _discover(tuple(clusters_dirs()))
     found = dict(discovered)
-    added = _add(found, _read_yaml(Path(profile_file)), Path(profile_file)) if profile_file else None
-    return found, added, broken
+    files = [profile_file] if isinstance(profile_file, str) else list(profile_file or ())
+    named: List[str] = []
+    for f in filter(None, files):
+        name = _add(found, _read_yaml(Path(f)), Path(f))
+        named += [] if name in named else [name]
+    return found, named, broken
 
 
 def _resolve_raw(name: str, found: _Found, seen: Tuple[str, ...] = ()) -> Tuple[Dict[str, Any], List[Path]]:
@@ -532,10 +555,14 @@ def available() -> List[str]:
     return sorted(set(found) | set(broken))
 
 
-def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
-    """The resolved profile `name`; `profile_file` (the --profile option) is merged last."""
-    found, added, broken = _all(profile_file)
-    name = name or added or "local"
+def load(name: Optional[str], *, profile_file: ProfileFiles = None) -> Profile:
+    """The resolved profile `name`; `profile_file` (the --profile files, in turn) is merged last."""
+    found, named, broken = _all(profile_file)
+    if not name and len(named) > 1:
+        raise ProfileError(
+            f"the --profile files name {len(named)} clusters ({', '.join(named)})", hint="pick one with --cluster NAME"
+        )
+    name = name or (named[0] if named else "local")
     if name in broken:
         raise broken[name]
     if name not in found:
@@ -548,7 +575,7 @@ def load(name: Optional[str], *, profile_file: Optional[str] = None) -> Profile:
     return _validate(raw, sources)
 
 
-def sources_of(name: str, *, profile_file: Optional[str] = None) -> List[Path]:
+def sources_of(name: str, *, profile_file: ProfileFiles = None) -> List[Path]:
     found = _all(profile_file)[0]
     return list(_resolve_raw(name, found)[1]) if name in found else []
 
@@ -580,7 +607,7 @@ def summaries() -> List[Dict[str, Any]]:
     return rows
 
 
-def resolved_yaml(name: str, profile_file: Optional[str] = None) -> str:
+def resolved_yaml(name: str, profile_file: ProfileFiles = None) -> str:
     """`clusters show NAME`: the profile as resolved (defaults filled, overrides merged), with
     the files it came from."""
     import yaml

@@ -187,6 +187,8 @@ def directive_lines(job: ResolvedJob) -> List[str]:
     defaults = [fill(d, values) for d in p.directives if not optional & set(re.findall(r"{(\w+)}", d))]
     if job.group and p.group.where == "directive":
         defaults.append(fill(p.group.flag, values))
+    if p.stage.on:  # the node-local disk is granted only on request (Frontier's NVMe: -C nvme)
+        defaults += [fill(d, values) for d in p.stage.directives]
     lines = dialect.merge_directives(defaults, job.spec.directives)
     for line in lines:
         if re.search(r"[\x00-\x1f\x7f]", line):

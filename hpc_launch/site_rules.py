@@ -6,19 +6,44 @@ most 3 h, 25-99 at most 6 h, 100-496 at most 24 h; a job outside them is refused
 `Job rejected by all possible destinations`). Per-rank profile data (`launch.cpu_bind`) must
 cover the ranks asked for. Each violation is a SpecError whose one line names a --walltime,
 --nodes or --queue that would work.
+
+A user's jobs at once (`max_user_jobs`, per queue and for the whole site): a chain submits all
+its links at once and a sweep all its points, so where the site allows fewer the scheduler
+takes the first ones and refuses the rest (ALCF: 1 job per user on debug-scaling; OLCF: 100 in
+all). `check_jobs` refuses such a submission before anything is submitted. A site that says
+where jobs run from (`project_dir`: ALCF Aurora's project space, not home) refuses a work dir in
+the home directory.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+import os
+from typing import Callable, Dict, List, Optional
 
 from .errors import SpecError
 from .profiles import Profile, Queue, Tier
 from .walltime import hms, parse_walltime
 
 
-def check(profile: Profile, *, queue: Optional[str], nodes: int, walltime_s: int, procs_per_node: int) -> None:
+def check(
+    profile: Profile,
+    *,
+    queue: Optional[str],
+    nodes: int,
+    walltime_s: int,
+    procs_per_node: int,
+    chain: int = 1,
+    workdir: Optional[str] = None,
+    group: Optional[str] = None,
+) -> None:
     where = f"on {profile.name}"
+    if workdir is not None and profile.project_dir and _in_home(workdir):
+        place = profile.project_dir.replace("{group}", group or "<project>")
+        raise SpecError(
+            f"the work dir {workdir} is in the home directory, and {profile.name} runs jobs from the project's "
+            f"space ({place}), not home",
+            hint=f"pass --workdir {place}/<your dir>",
+        )
     q = profile.queues.get(queue) if queue else None
     if q is not None:
         if q.min_walltime and walltime_s < parse_walltime(q.min_walltime):
@@ -54,6 +79,68 @@ def check(profile: Profile, *, queue: Optional[str], nodes: int, walltime_s: int
             f"{procs_per_node} ranks per node, but launch.cpu_bind of {profile.name} gives CPUs for {len(bind)}",
             hint=f"use --gpus-per-node {len(bind)} or fewer, or list one CPU set per rank in launch.cpu_bind",
         )
+    if chain > 1:
+        check_jobs(
+            profile,
+            {queue: chain},
+            what=f"--chain {chain} submits {chain} linked jobs at once",
+            fewer=lambda most: f"--chain {most}" + (" (one job)" if most == 1 else ""),
+            nodes=nodes,
+            walltime_s=walltime_s,
+        )
+
+
+def check_jobs(
+    profile: Profile,
+    jobs: Dict[Optional[str], int],
+    *,
+    what: str,
+    fewer: Callable[[int], str],
+    nodes: int,
+    walltime_s: int,
+) -> None:
+    """`jobs`: how many jobs one submission puts in each queue at once (every link of a chain,
+    every point of a sweep, each array task where the site counts them). Refused where the
+    site's per-user limit is lower, naming `fewer(limit)` and a queue that takes them all."""
+    for name, count in jobs.items():
+        q = profile.queues.get(name) if name else None
+        if q is None or q.max_user_jobs is None or count <= q.max_user_jobs:
+            continue
+        most = q.max_user_jobs
+        takers = [
+            (other_name, other.max_user_jobs)
+            for other_name, other in profile.queues.items()
+            if other_name != name
+            and not other.by_request
+            and (other.max_user_jobs is None or other.max_user_jobs >= count)
+            and _accepts(other, nodes, walltime_s)
+        ]
+        takers.sort(key=lambda t: t[1] is None)  # a queue whose limit the site states first
+        others = [f"--queue {n} ({f'{m} per user' if m else 'no per-user limit stated'})" for n, m in takers]
+        raise SpecError(
+            f"{what} in {name}, but {profile.name} allows a user {_jobs(most)} there at once "
+            f"(queued, held or running): the scheduler would refuse the rest",
+            hint=", or ".join([f"use {fewer(most)}"] + others[:1]),
+        )
+    site_most = profile.max_user_jobs
+    if site_most is not None and sum(jobs.values()) > site_most:
+        raise SpecError(
+            f"{what}, but {profile.name} allows a user {_jobs(site_most)} at once in all queues together "
+            f"(queued, held or running): the scheduler would refuse the rest",
+            hint=f"use {fewer(site_most)}, fewer if other jobs of yours are queued there",
+        )
+
+
+def _in_home(path: str) -> bool:
+    """`~`, `~/...` (a remote home, as the script names it), /home/..., or under this user's home."""
+    if path == "~" or path.startswith(("~/", "/home/")):
+        return True
+    home = os.path.expanduser("~").rstrip("/")
+    return bool(home) and home != "/" and (path == home or path.startswith(home + "/"))
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" + ("" if n == 1 else "s")
 
 
 def _sorted(tiers: List[Tier]) -> List[Tier]:

@@ -202,7 +202,7 @@ def _staging(spec: JobSpec, p: Profile, launcher: "launchers.Launcher") -> Profi
     if spec.stage_env is None and spec.stage_data is None:
         return p
     if spec.stage_env is False:
-        return replace(p, stage=Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s))
+        return replace(p, stage=Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s, directives=p.stage.directives))
     option = "--stage-env" if spec.stage_env else "--stage-data"
     if not launcher.per_node:
         raise SpecError(
@@ -215,6 +215,7 @@ def _staging(spec: JobSpec, p: Profile, launcher: "launchers.Launcher") -> Profi
             data=spec.stage_data if spec.stage_data is not None else p.stage.data,
             dest=p.stage.dest,
             timeout_s=p.stage.timeout_s,
+            directives=p.stage.directives,
         )
     except ValueError as exc:
         fix = "set stage.dest, the node-local directory, in your profile (docs/staging.md)"
@@ -485,7 +486,16 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             hint="run from, or pass --workdir, a plain path",
         )
 
-    site_rules.check(p, queue=queue_name, nodes=spec.nodes + spares, walltime_s=walltime_s, procs_per_node=procs)
+    site_rules.check(
+        p,
+        queue=queue_name,
+        nodes=spec.nodes + spares,
+        walltime_s=walltime_s,
+        procs_per_node=procs,
+        chain=spec.chain,
+        workdir=workdir,
+        group=group,
+    )
 
     venv = spec.venv or p.python.venv
     if venv == "auto":

@@ -54,14 +54,22 @@ def _is_local(addr: str) -> bool:
         return False
 
 
+# The same rank under the names each PMI gives it. HPE PALS mpiexec sets PALS_RANKID whatever the
+# PMI, PMI_RANK under PMI (ALCF's Polaris scripts) and PMIX_RANK under PMIx: ALCF's Aurora pages
+# read PMIX_RANK or PALS_RANKID under a plain mpiexec, none reads PMI_RANK.
+_RANK_NAMES = {"PMI_RANK": ("PALS_RANKID", "PMIX_RANK", "PMI_RANK")}
+
+
 def my_index(hosts: List[str], var: Optional[str] = None) -> int:
     """This node's place in the hostfile: the launcher's node id where it gives one (`var`: srun's
-    SLURM_NODEID, mpirun's OMPI_COMM_WORLD_RANK with one task per node; hostfile order is node-list
-    order), else the entry that is this host by name or by an address this node owns (pdsh)."""
+    SLURM_NODEID, mpirun's OMPI_COMM_WORLD_RANK, mpiexec's PMI_RANK or its other names, with one
+    task per node; hostfile order is node-list order), else the entry that is this host by name
+    or by an address this node owns (pdsh)."""
     if var:
-        value = os.environ.get(var, "")
-        if not value.isdigit():
-            raise StageError(f"the launcher did not set {var} (this node's place)")
+        names = _RANK_NAMES.get(var, (var,))
+        value = next((os.environ[n] for n in names if os.environ.get(n, "").isdigit()), None)
+        if value is None:
+            raise StageError(f"the launcher set none of {', '.join(names)} (this node's place)")
         return int(value)
     me = socket.gethostname()
     for i, h in enumerate(hosts):

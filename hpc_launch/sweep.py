@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from msgspec.structs import replace
 
@@ -24,6 +24,9 @@ from .errors import SpecError
 from .plan import AXES, FLAGS, check_points, entry_choices, label, undefined
 from .jobs.connect import TransportFor, transport_for
 from .protocol import POLL, Backoff
+
+if TYPE_CHECKING:
+    from .profiles import ProfileFiles
 
 _FILE_KEYS = {"micro-batch": "micro_batch", "micro_batches": "micro_batch", "stage": "zero"}
 
@@ -226,7 +229,7 @@ def plan(
     spec,
     values: List[Dict[str, Any]],
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     separate: bool = False,
     stamp: Optional[str] = None,
 ) -> SweepPlan:
@@ -253,7 +256,6 @@ def plan(
         except SpecError as exc:
             raise SpecError(f"sweep point {i + 1} ({label(value)}): {exc.message}", hint=exc.hint) from None
         points.append(Point(i, value, prepared))
-    check_points(points)
     result = SweepPlan(sweep_id, points)
     dialect = dialects.get(base.job.profile.dialect)
     shapes = {p.shape for p in points}
@@ -270,7 +272,39 @@ def plan(
             )
         for p in points:
             result.submissions.append(Submission([p], p.prepared, array=False))
+    _check_user_limits(result)  # before check_points: it imports torch and DeepSpeed
+    check_points(points)
     return result
+
+
+def _check_user_limits(sweep: SweepPlan) -> None:
+    """Every point is queued at once: refused before anything is submitted where the site lets
+    a user have fewer jobs in the queue (each array task counts where the site counts it), and
+    a note where fewer run at once."""
+    from . import site_rules
+
+    profile = sweep.points[0].prepared.job.profile
+    jobs: Dict[Optional[str], int] = {}
+    for sub in sweep.submissions:
+        job = sub.prepared.job
+        tasks = len(sub.points) if not sub.array or profile.array_tasks_count else 1
+        jobs[job.queue] = jobs.get(job.queue, 0) + tasks * job.chain
+    total = sum(jobs.values())
+    site_rules.check_jobs(
+        profile,
+        jobs,
+        what=f"the sweep submits {total} jobs at once",
+        fewer=lambda most: f"a grid of at most {most} point(s)",
+        nodes=max(p.prepared.job.nodes for p in sweep.points),
+        walltime_s=max(p.prepared.job.walltime_s for p in sweep.points),
+    )
+    for name, count in jobs.items():
+        q = profile.queues.get(name or "")
+        running = q.max_user_running if q and q.max_user_running else profile.max_user_running
+        if running and count > running:
+            sweep.notes.append(
+                f"{profile.name} runs {running} of a user's jobs at once on {name}: the points wait their turn"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +439,7 @@ def run(
     values: List[Dict[str, Any]],
     ui: Run,
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     separate: bool = False,
     out: Optional[str] = None,
     no_wait: bool = False,

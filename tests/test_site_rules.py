@@ -350,3 +350,117 @@ def test_queue_fallbacks_name_queues_the_profile_has(tmp_path):
     )
     spec = JobSpec(cluster="mine", nodes=1, workdir="/w")
     assert resolve(spec, profiles.load("mine", profile_file=str(mine)), cwd="/w").queue == "b"
+
+
+# ---- a user's jobs at once: chains, sweeps, where --submit (issue 28) -----------------------
+
+
+@pytest.mark.parametrize(
+    "cluster, queue, most, fix",
+    [
+        ("aurora", "debug-scaling", 1, "--queue capacity"),  # ALCF: 1 job per user
+        ("aurora", "debug", 1, "--queue capacity"),
+        ("polaris", "debug-scaling", 1, "--queue"),
+        ("polaris", "capacity", 2, "--chain 2"),  # ALCF: 2 queued or running per user
+        ("aurora", "capacity", 5, "--chain 5"),  # ALCF: 5 queued or running per user
+    ],
+)
+def test_a_chain_longer_than_the_queue_lets_a_user_queue_is_refused_before_submit(cluster, queue, most, fix):
+    nodes = 2 if queue == "debug-scaling" else 1
+    _job(cluster, queue=queue, nodes=nodes, chain=most, group="p", venv="/v")  # at the limit: taken
+    line = _refused(cluster, queue=queue, nodes=nodes, chain=most + 1, group="p", venv="/v")
+    assert f"--chain {most + 1} submits {most + 1} linked jobs at once in {queue}" in line
+    assert f"allows a user {most} job" in line and fix in line
+
+
+def test_a_chain_on_aurora_without_a_queue_names_the_queue_that_takes_it():
+    line = _refused("aurora", nodes=2, chain=3, group="p", venv="/v")  # default: debug-scaling
+    assert "in debug-scaling" in line and "use --chain 1 (one job), or --queue capacity (5 per user)" in line
+
+
+def test_frontier_counts_a_users_jobs_in_all_partitions_together():
+    _job("frontier", nodes=2, chain=100, group="p", venv="/v")
+    line = _refused("frontier", nodes=2, chain=101, group="p", venv="/v")
+    assert "frontier allows a user 100 jobs at once in all queues together" in line and "--chain 100" in line
+
+
+def test_a_chain_refused_by_the_queue_limit_writes_nothing(tmp_path, hpc_launch_bin):
+    run = subprocess.run(
+        [hpc_launch_bin, "submit", "-c", "aurora", "--nodes", "2", "--chain", "2", "--group", "p", "--venv", "/v",
+         "--workdir", str(tmp_path), "--dry-run"],
+        capture_output=True, text=True, env=scheduler_env_cleared(), cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "allows a user 1 job there at once" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def _sweep(cluster, points, **kw):
+    from hpc_launch import sweep
+
+    spec = JobSpec(cluster=cluster, group="p", venv="/v", workdir="/w", **kw)
+    return sweep.plan(spec, [{"micro_batch": 2**i} for i in range(points)])
+
+
+def test_a_sweep_array_counts_each_task_against_the_queue_limit():
+    # ALCF: an array's subjobs count one by one against the queue's queued + running limit
+    line = str(pytest.raises(SpecError, _sweep, "aurora", 6, queue="capacity", nodes=1).value)
+    assert line.startswith("the sweep submits 6 jobs at once in capacity, but aurora allows a user 5 jobs there")
+    assert "a grid of at most 5 point(s)" in line
+
+
+def test_a_site_that_counts_an_array_as_one_job_takes_the_sweep(tmp_path, monkeypatch):
+    (tmp_path / "aurora.yaml").write_text("array_tasks_count: false\n")
+    monkeypatch.setenv("HPC_LAUNCH_CLUSTERS_DIR", str(tmp_path))
+    plan = _sweep("aurora", 6, queue="capacity", nodes=1)
+    assert [s.array for s in plan.submissions] == [True]
+
+
+def test_a_sweep_of_separate_jobs_says_how_many_run_at_once():
+    from hpc_launch import sweep
+
+    spec = JobSpec(cluster="aurora", group="p", venv="/v", workdir="/w", queue="capacity", nodes=1)
+    plan = sweep.plan(spec, [{"micro_batch": m} for m in (1, 2, 4)], separate=True)
+    assert len(plan.submissions) == 3
+    assert "aurora runs 2 of a user's jobs at once on capacity: the points wait their turn" in plan.notes
+
+
+def test_where_submit_refuses_a_chain_no_cluster_may_queue_before_connecting():
+    from hpc_launch.jobs.first_start import submit_first_start
+
+    opened = []
+    with pytest.raises(SpecError, match="no cluster takes the job as asked") as err:
+        submit_first_start(
+            ["aurora", "polaris"],
+            lambda c: JobSpec(cluster=c, group="p", venv="/v", workdir="/w", nodes=2, chain=2),
+            transport=lambda host: opened.append(host),
+        )
+    assert str(err.value).count("allows a user 1 job there at once") == 2
+    assert opened == []
+
+
+# ---- the sites' pages: TSUBAME 4.0's interface, Aurora's work dir (issue 28) ----------------
+
+
+def test_tsubame4_talks_over_bond0_not_deepspeeds_eth0():
+    text = _script("tsubame4", group="g", venv="/v")
+    # DeepSpeed's mpirun adds btl_tcp_if_include eth0, which TSUBAME 4.0 nodes do not have
+    assert "--launcher_args '--mca btl_tcp_if_include bond0'" in text
+    assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-bond0}"' in text
+
+
+@pytest.mark.parametrize("workdir", [None, "~/runs/a", "~", "/home/alice/runs"])
+def test_aurora_refuses_a_work_dir_in_home_naming_the_projects_flare_space(workdir):
+    spec = JobSpec(cluster="aurora", group="proj1", venv="/v", login="aurora", workdir=workdir)
+    with pytest.raises(SpecError) as err:
+        from hpc_launch.prepare import prepare
+
+        prepare(spec)  # over ssh: without --workdir the job would go to ~/hpc-launch/NAME
+    line = str(err.value)
+    assert "is in the home directory" in line and "--workdir /lus/flare/projects/proj1/<your dir>" in line
+
+
+def test_aurora_takes_a_work_dir_in_the_project_space():
+    job = _job("aurora", group="proj1", venv="/v", login="aurora", workdir="/lus/flare/projects/proj1/me/run")
+    assert job.workdir == "/lus/flare/projects/proj1/me/run"
+    _job("polaris", group="proj1", login="polaris", workdir="~/runs")  # Polaris says nothing of the kind

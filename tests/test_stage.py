@@ -242,10 +242,19 @@ def test_my_index_by_name_address_or_launcher(monkeypatch):
     assert stage.my_index(["198.51.100.1", "127.0.0.1"]) == 1  # an address this node owns
     monkeypatch.setenv("SLURM_NODEID", "2")
     assert stage.my_index(["a", "b", "c"], "SLURM_NODEID") == 2
-    with pytest.raises(stage.StageError, match="did not set PMI_RANK"):
+    with pytest.raises(stage.StageError, match="set none of PALS_RANKID, PMIX_RANK, PMI_RANK"):
         stage.my_index(["a", "b", "c"], "PMI_RANK")
     with pytest.raises(stage.StageError, match="is not in the hostfile"):
         stage.my_index(["198.51.100.1", "198.51.100.2"])
+
+
+@pytest.mark.parametrize("name", ["PMIX_RANK", "PALS_RANKID", "PMI_RANK"])
+def test_mpiexec_staging_finds_the_place_under_each_pmis_name(monkeypatch, name):
+    # Aurora's mpiexec (PMIx) sets PMIX_RANK and PALS_RANKID, not PMI_RANK (ALCF's Aurora pages)
+    for other in ("PMIX_RANK", "PALS_RANKID", "PMI_RANK"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "1")
+    assert stage.my_index(["a", "b", "c"], "PMI_RANK") == 1
 
 
 def test_bad_input_is_one_line(tmp_path, src):

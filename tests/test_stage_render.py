@@ -150,3 +150,17 @@ def test_a_staging_option_the_profile_cannot_serve_is_one_line(tmp_path, stage_y
     with pytest.raises(SpecError) as err:
         _resolve(tmp_path, stage_yaml, **options)
     assert str(err.value).startswith(words) and "\n" not in str(err.value)
+
+
+def test_frontier_asks_for_its_node_local_nvme_only_when_it_stages():
+    # OLCF: /mnt/bb/$USER exists only for a job that asked for it with -C nvme
+    from hpc_launch.prepare import prepare
+
+    def script(**kw) -> str:
+        spec = JobSpec(cluster="frontier", group="p", venv="/v", workdir="/w", nodes=2, **kw)
+        return render(prepare(spec).job, stamp="s").text
+
+    assert "#SBATCH --constraint=nvme" in script(stage_env=True)
+    assert "mnt/bb" in script(stage_env=True)
+    assert "nvme" not in script()
+    assert "nvme" not in script(stage_env=False)

@@ -257,6 +257,8 @@ def test_one_array_script_gives_each_task_its_point(tmp_path, cluster, flags, va
         login="local",
         name="sw",
         train_args=["--model", "smallcnn", "--job-name", "it's a b"],
+        # Polaris' default debug-scaling takes one job per user, and each array task counts (ALCF)
+        queue="preemptable" if cluster == "polaris" else None,
     )
     plan = sw.plan(spec, sw.expand({"zero": [1, 2], "precision": ["fp32"]}, [{"zero": 3, "offload": "optimizer"}]))
     [sub] = plan.submissions
@@ -523,6 +525,7 @@ def test_a_qsub_that_makes_no_array_leaves_its_job_recorded_and_says_how_to_canc
         name="sw",
         workdir=str(tmp_path / "w"),
         train_args=["--model", "smallcnn"],
+        queue="preemptable",  # debug-scaling takes one job per user (ALCF), an array's tasks each count
     )
     plan = sw.plan(spec, sw.expand({"zero": [1, 2]}))
     assert plan.submissions[0].array

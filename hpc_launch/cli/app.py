@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence
 
 import typer
+from typer.core import TyperGroup
 
 # the command modules import these from here too: one import line for what a command needs
 from . import COMPLETE_VAR, option_values  # noqa: F401
@@ -20,7 +21,56 @@ from .printing import err, print_json, say  # noqa: F401
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
+# `hpc-launch --help` lists the commands by use, in the order a newcomer meets them, one panel each
+# (typer's rich_help_panel). Every command is named here: tests/test_cli_face.py checks it.
+PANELS = (
+    ("Run a job", ("submit", "sweep", "rerun")),
+    ("Follow a job", ("status", "logs", "list", "show", "cancel", "doctor", "report", "hosts", "adopt")),
+    ("Plan", ("where", "plan", "clusters", "completion")),
+    ("Inside a job", ("hostfile", "announce")),
+)
+_ORDER = [name for _, names in PANELS for name in names]
+_PANEL_OF = {name: panel for panel, names in PANELS for name in names}
+
+
+class _ByUse(TyperGroup):
+    """The root command group: its commands listed by use (PANELS), each in its panel."""
+
+    def list_commands(self, ctx: Any) -> List[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command: Any = super().get_command(ctx, cmd_name)  # a TyperCommand or TyperGroup: both have a panel
+        if command is not None and cmd_name in _PANEL_OF:
+            command.rich_help_panel = _PANEL_OF[cmd_name]
+            if command.help:
+                command.help = reflowed(command.help)
+                command.short_help = command.short_help or summary(command.help)
+        return command
+
+
+def reflowed(text: str) -> str:
+    """A docstring's paragraphs each on one line, for the terminal to wrap: typer's rich markup
+    keeps the source's line breaks, so a narrow terminal broke every line twice."""
+    import inspect
+
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+def summary(text: str, most: int = 90) -> str:
+    """A command's line in `hpc-launch --help`: its help's first paragraph on one line (rich
+    markup keeps the docstring's line breaks), cut before its details when it is long."""
+    line = reflowed(text).split("\n\n")[0]
+    if len(line) > most:
+        cuts = [i for i in (line.find(sep) for sep in (": ", "; ", ". ")) if i >= 20]
+        if cuts:
+            line = line[: min(cuts)]
+    return line
+
+
 app = typer.Typer(
+    cls=_ByUse,
     add_completion=False,  # `hpc-launch completion SHELL` instead: no extra options on every command
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -63,6 +113,25 @@ def _root(
 
 
 # ---- reading options ---------------------------------------------------------------------------
+
+try:  # typer 0.28 carries its own click
+    from typer._click import types as _click_types
+except ImportError:  # pragma: no cover - an older typer on the system click
+    from click import types as _click_types  # type: ignore[no-redef]
+
+
+class _GpuCount(_click_types.IntParamType):  # type: ignore[misc]
+    """-g N: a whole number of GPUs. Grid Engine sites spell the group `qsub -g GROUP` (ABCI 2.0,
+    TSUBAME 4.0), so a word there is most likely the group: say where it goes."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except _click_types.BadParameter:
+            self.fail(f"{value!r} is not a number of GPUs; a group or project goes to -P/--group", param, ctx)
+
+
+GPU_COUNT = _GpuCount()
 # The conversions live in option_values (typer-free, shared with the fast path); here a bad value
 # becomes typer's usage error, which names the option.
 
@@ -96,16 +165,33 @@ def run_checked(read: Callable[[Dict[str, Any]], Callable[[], int]], values: Dic
 # ---- printing ----------------------------------------------------------------------------------
 
 
-def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], width: Optional[int] = None) -> None:
+def print_table(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], width: Optional[int] = None, fit: Optional[str] = None
+) -> None:
+    """`fit`: one row per line on the terminal it is printed on: the column named `fit` is cut
+    short (ending in "…") to make room, the others are kept whole."""
     from rich.console import Console
     from rich.table import Table
 
+    console = Console(width=width)
     table = Table(box=None, pad_edge=False)
-    for col in columns:
-        table.add_column(col)
+    if fit is None:
+        for col in columns:
+            table.add_column(col)
+    else:
+        at = list(columns).index(fit)
+        widths = [max([len(col)] + [len(str(row[i])) for row in rows]) for i, col in enumerate(columns)]
+        room = max(len(fit), console.width - sum(w for i, w in enumerate(widths) if i != at) - 2 * (len(columns) - 1))
+        rows = [[*row[:at], _cut(str(row[at]), room), *row[at + 1 :]] for row in rows]
+        for i, col in enumerate(columns):
+            table.add_column(col, no_wrap=True, width=min(widths[i], room) if i == at else widths[i])
     for row in rows:
         table.add_row(*row)
-    Console(width=width).print(table)
+    console.print(table)
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
 
 
 # Stable keys of `list --json` / `status --json` (documented in docs/commands.md): add, never rename.

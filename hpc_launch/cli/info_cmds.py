@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from .app import COMPLETE_VAR, app, clusters_app, complete_clusters, err, print_json, print_table, run_checked
+from .app import (
+    COMPLETE_VAR,
+    GPU_COUNT,
+    app,
+    clusters_app,
+    complete_clusters,
+    err,
+    print_json,
+    print_table,
+    run_checked,
+)
 from .hostfile_run import read_hostfile
 
 
@@ -94,21 +104,25 @@ def clusters_list(
         print_json(rows)
         return
     print_table(
-        ("name", "scheduler", "GPUs/node", "launcher", "status", "title"),
+        ("name", "scheduler", "GPUs", "launcher", "status", "title"),
         [
             (r["name"], "-", "-", "-", "broken", r["error"])
             if r["status"] == "broken"
             else (r["name"], r["scheduler"], str(r["gpus_per_node"]), r["launcher"], r["status"], r["title"])
             for r in rows
         ],
+        fit="title",  # one line per cluster at any width (`clusters show NAME` has it all)
     )
+    for r in rows:  # a broken profile's whole error, which its title cell cuts
+        if r["status"] == "broken":
+            sys.stdout.write(f"{r['name']}: {r['error']}\n")
 
 
 @clusters_app.command("show")
 def clusters_show(
     name: str = typer.Argument(..., metavar="CLUSTER", help="cluster name"),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
 ) -> None:
     """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""
@@ -131,7 +145,7 @@ def plan(
     ),
     nodes: int = typer.Option(1, "--nodes", "-n", metavar="N", help="number of nodes"),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs per node (default: the queue's)"
+        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs per node (default: the queue's)"
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 import typer
 
 from ..protocol import EXIT_SIGINT
-from .app import app, complete_clusters, parse_env, run_checked, say, split_args, split_list, usage_errors
+from .app import GPU_COUNT, app, complete_clusters, parse_env, run_checked, say, split_args, split_list, usage_errors
 from .submit_run import Announcer, job_options, read_submit, show_dry_run
 
 
@@ -32,7 +32,12 @@ def submit(
         None, "--nodes", "-n", metavar="N", help="number of nodes (default 1; pods: all --hosts)"
     ),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"
+        None,
+        "--gpus-per-node",
+        "-g",
+        metavar="N",
+        click_type=GPU_COUNT,
+        help="GPUs (ranks) per node; default: all of the node's",
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
@@ -102,8 +107,8 @@ def submit(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     stop_before: Optional[str] = typer.Option(
         None,
@@ -192,7 +197,7 @@ def sweep(
         None, "--train-args", metavar="'ARGS'", help="the other training arguments, shared by every point"
     ),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node"
+        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs (ranks) per node"
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
@@ -218,8 +223,8 @@ def sweep(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     separate: bool = typer.Option(False, "--separate", help="one job per point even where the scheduler has arrays"),
     out: Optional[str] = typer.Option(
@@ -309,6 +314,7 @@ def rerun(
         "--gpus-per-node",
         "-g",
         metavar="N",
+        click_type=GPU_COUNT,
         help="GPUs (ranks) per node (default: the job's, if the node has them)",
     ),
     queue: Optional[str] = typer.Option(
@@ -343,8 +349,8 @@ def rerun(
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job runs and logs"),
     venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
     login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="submit over SSH on this host"),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs (default: the job's)"),
     dry_run: bool = typer.Option(
@@ -403,7 +409,12 @@ def where(
     ),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-n", metavar="N", help="number of nodes (default 1)"),
     gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", help="GPUs (ranks) per node; default: all of the node's"
+        None,
+        "--gpus-per-node",
+        "-g",
+        metavar="N",
+        click_type=GPU_COUNT,
+        help="GPUs (ranks) per node; default: all of the node's",
     ),
     queue: Optional[str] = typer.Option(
         None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
@@ -429,8 +440,8 @@ def where(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    profile: Optional[str] = typer.Option(
-        None, "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last"
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     exclude: Optional[str] = typer.Option(
         None, "--exclude", "-x", metavar="HOSTS", help="keep the job off these hosts"
@@ -489,7 +500,7 @@ the job goes to each cluster, the first to start trains and the others are cance
         raise typer.Exit(3 if any(a.error for a in answers) else 2)
 
 
-def _first_start(clusters: List[str], spec_of, profile: Optional[str], no_wait: bool) -> int:
+def _first_start(clusters: List[str], spec_of, profile: List[str], no_wait: bool) -> int:
     """`where --submit`: the group id on stdout, each cluster's job (or refusal) and the outcome on stderr."""
     from ..jobs.first_start import run
 

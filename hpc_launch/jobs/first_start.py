@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from datetime import datetime, timedelta
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from msgspec.structs import replace
 
@@ -34,6 +34,9 @@ from .cancel import cancel_group
 from .connect import TransportFor, transport_for
 from .state import refresh
 from .submission import submit
+
+if TYPE_CHECKING:
+    from ..profiles import ProfileFiles
 
 CLAIM_ENV = "HPC_LAUNCH_CLAIM"  # the job script's start gate reads the claim's path from it
 GROUP_KEY = "first_start"  # record.extra: the group's id (groups.group_members finds it)
@@ -55,7 +58,7 @@ def submit_first_start(
     clusters: Sequence[str],
     spec_of: Callable[[str], JobSpec],
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     store: Optional[JobStore] = None,
     transport: TransportFor = transport_for,
     note: Callable[[str], Any] = lambda line: None,
@@ -192,7 +195,7 @@ def run(
     clusters: Sequence[str],
     spec_of: Callable[[str], JobSpec],
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     wait: bool = True,
     store: Optional[JobStore] = None,
     transport: TransportFor = transport_for,

@@ -43,7 +43,7 @@ def rerun(
     ui: RerunUI,
     *,
     from_cluster: Optional[str] = None,
-    profile_file: Optional[str] = None,
+    profile_file: profiles.ProfileFiles = None,
     dry_run: bool = False,
 ) -> Optional[JobRecord]:
     """Submit job `ident`'s training again on options["cluster"] (default: its own cluster);

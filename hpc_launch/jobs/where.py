@@ -29,6 +29,7 @@ from .state import span_words
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
+    from ..profiles import ProfileFiles
     from ..transport.base import Transport
 
 # HPC_LAUNCH_SUBMIT_CHECK=0 turns `submit`'s check off (a site whose test command is slow or wrong).
@@ -59,7 +60,7 @@ def where(
     clusters: Sequence[str],
     spec_of: Callable[[str], JobSpec],
     *,
-    profile_file: Optional[str] = None,
+    profile_file: ProfileFiles = None,
     transport: TransportFor = transport_for,
     note: Callable[[str], Any] = lambda line: None,
 ) -> List[Where]:

@@ -102,6 +102,7 @@ if ! MASTER_PORT=$(python -m hpc_launch.rendezvous_port 29500 "$HPC_LAUNCH_PORT0
   echo "[hpc-launch] note: no free port found from $MASTER_PORT (hpc_launch not importable here, or none free in 29500..+999): using $MASTER_PORT" >&2
 fi
 export MASTER_ADDR MASTER_PORT
+export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-bond0}" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-bond0}"
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- launch: DeepSpeed's OpenMPI launcher (mpirun under the hood; ranks found from OMPI_COMM_WORLD_*) ---
@@ -111,6 +112,8 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
 {
   echo "MASTER_ADDR=$MASTER_ADDR"
   echo "MASTER_PORT=$MASTER_PORT"
+  echo "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME"
+  echo "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"
   # the job's Python environment and search paths, as on this node
   echo "PATH=$PATH"
   echo "VIRTUAL_ENV=$VIRTUAL_ENV"
@@ -125,4 +128,4 @@ DS_ENV_FILE="$WORKDIR/.deepspeed_env_$JOB_NUM"
   printf '%s=%s\n' HPC_LAUNCH_RANKS_PER_NODE "$HPC_LAUNCH_RANKS_PER_NODE"
 } > "$DS_ENV_FILE"
 export DS_ENV_FILE
-deepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 64 --steps 200
+deepspeed --hostfile "$HOSTFILE" --launcher openmpi --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --launcher_args '--mca btl_tcp_if_include bond0' "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 64 --steps 200
