@@ -91,6 +91,28 @@ def snapshot(script: str) -> Tuple[List[CodeFile], bool]:
     return files[:1], False
 
 
+def copy_mode(path: str) -> int:
+    """The mode of a file's copy in the capsule: never more open than the original (its group and
+    others' read bits at most; no write or execute for them), always readable by the user's job."""
+    try:
+        return 0o600 | (os.stat(path).st_mode & 0o044)
+    except OSError:
+        return 0o600  # gone since the snapshot: the copy fails later, and says so
+
+
+def private_note(files: List[CodeFile]) -> Optional[str]:
+    """The one line a user hears when files only they can read go along with --script (a config
+    holding a token): their copies stay theirs alone, and how to keep them out."""
+    private = [f.rel for f in files[1:] if copy_mode(f.local) == 0o600]
+    if not private:
+        return None
+    them = "it" if len(private) == 1 else "them"
+    return (
+        f"only you can read {', '.join(private)} beside --script: the job's capsule keeps {them} 0600 "
+        f"(move {them} out of {os.path.dirname(files[0].local)} if the job does not need {them})"
+    )
+
+
 def _git(directory: str, *args: str) -> Optional[str]:
     import subprocess  # here, as hashlib and socket below: `submit --dry-run`'s start-up is budgeted (launch-cost.md)
 

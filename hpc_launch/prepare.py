@@ -15,7 +15,7 @@ from msgspec.structs import replace
 
 from . import dialects, profiles
 from .errors import HpcLaunchError, SpecError
-from .capsule import snapshot
+from .capsule import private_note, snapshot
 from .protocol import CAPSULE_CODE, LOCAL_HOST, capsule_relpath, is_local
 from .render import JobScript, render
 from .spec import JobSpec, ResolvedJob, resolve
@@ -161,6 +161,9 @@ def _capsule_code(
         if not os.path.isfile(local):
             return local, (), None, None  # named as given: the inputs check says it is missing
         files, whole = snapshot(local)
+        private = private_note(files)
+        if private:
+            note(private)
         if not whole:
             note(
                 f"the code beside --script {local} is more than a job takes along ({os.path.dirname(local)} is big): "

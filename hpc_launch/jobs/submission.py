@@ -141,7 +141,7 @@ def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written
                 f"({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
                 hint="give a Python script, or the path of one already on the cluster",
             ) from None
-        queue(ahead, f"{workdir}/{relpath}", text.encode(), 0o644, written)
+        queue(ahead, f"{workdir}/{relpath}", text.encode(), capsule.copy_mode(local_path), written)
     if prepared.remote_code:
         source, relpath = prepared.remote_code
         source = ahead.resolve_path(source if source.startswith(("/", "~")) else f"{workdir}/{source}")
@@ -158,7 +158,8 @@ def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     queue(ahead, f"{directory}/{CAPSULE_MANIFEST}", text.encode(), 0o644, written)
     if diff:
-        queue(ahead, f"{directory}/{CAPSULE_GIT_DIFF}", diff.encode(), 0o644, written)
+        # the user's alone: it may hold any tracked file's changes, a private one's too
+        queue(ahead, f"{directory}/{CAPSULE_GIT_DIFF}", diff.encode(), 0o600, written)
     queue(ahead, f"{directory}/{CAPSULE_PROBE}", capsule.probe_source().encode(), 0o644, written)
     return directory
 
