@@ -1,0 +1,117 @@
+"""--notify and what must never leave the job (issue 28, "Secrets and faults"): a URL's credentials
+in every shape, refused control characters, --pass-env values in doctor's cause, hpc-launch's own
+notify lines read as the program's, a relay killed mid-POST. Real parts: real HTTP and SMTP servers
+on 127.0.0.1, the real outbox, the real job store, real processes."""
+
+from __future__ import annotations
+
+import base64
+import socketserver
+import threading
+from pathlib import Path
+
+import pytest
+
+from hpc_launch import notify, notify_outbox, notify_relay, profiles
+from hpc_launch.errors import SpecError
+from hpc_launch.records import JobStore
+from hpc_launch.spec import JobSpec, resolve
+from test_notify_relay import _a_job, _entry, _free_port
+
+
+class RefusingSmtp:
+    """A real SMTP server that refuses every login, echoing the credentials it got (some do)."""
+
+    def __init__(self) -> None:
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                def say(line: str) -> None:
+                    self.wfile.write(line.encode() + b"\r\n")
+
+                say("220 test.local ESMTP")
+                while True:
+                    raw = self.rfile.readline()
+                    if not raw:
+                        return
+                    verb = raw.decode().strip().split(" ", 1)[0].upper()
+                    if verb in ("EHLO", "HELO"):
+                        say("250-test.local")
+                        say("250 AUTH PLAIN")
+                    elif verb == "AUTH":
+                        got = base64.b64decode(raw.split()[2]).replace(b"\0", b" ").decode()
+                        say(f"535 5.7.8 authentication failed for{got}")
+                    else:
+                        say("221 bye")
+                        return
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+_SMTP = RefusingSmtp()
+_CLOSED = _free_port()
+
+# (URL, the password's pieces that must appear nowhere): every shape a user may write
+SHAPES = [
+    (f"https://alice:Pw7kq2Zx@127.0.0.1:{_CLOSED}/hooks/x", ["Pw7kq2Zx"]),
+    (f"http://alice:Qx7/Zr9m@127.0.0.1:{_CLOSED}/hooks/x", ["Qx7", "Zr9m"]),
+    (f"http://alice:Qx7#Zr9m@127.0.0.1:{_CLOSED}/hooks/x", ["Qx7", "Zr9m"]),
+    (f"http://alice:Qx7?Zr9m@127.0.0.1:{_CLOSED}/hooks/x", ["Qx7", "Zr9m"]),
+    (f"http://alice:Qx7 Zr9m@127.0.0.1:{_CLOSED}/hooks/x", ["Qx7", "Zr9m"]),
+    ("https://alice:Pw7kq2Zx@nowhere.invalid/hooks/x", ["Pw7kq2Zx"]),
+    (f"http://alice:Qx7%2FZr9m%40@127.0.0.1:{_CLOSED}/hooks/x", ["Qx7", "Zr9m"]),
+    (f"smtp://alice:Qx7/Zr9m@127.0.0.1:{_SMTP.port}/?to=a@x.org", ["Qx7", "Zr9m"]),
+    (f"smtp://alice:Pw7kq2Zx@127.0.0.1:{_SMTP.port}/?to=a@x.org", ["Pw7kq2Zx"]),
+    (f"smtp://alice:Pw%2F7kq@127.0.0.1:{_SMTP.port}/?to=a@x.org", ["Pw/7kq", "Pw%2F7kq"]),
+]
+
+
+@pytest.mark.parametrize(("url", "pieces"), SHAPES)
+def test_a_failed_send_masks_the_credentials_in_the_log_and_the_outbox(url, pieces, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(notify.PAUSES_ENV, "0,0")
+    monkeypatch.setenv("MY_WEBHOOK", url)
+    log = tmp_path / "t.o5"
+    assert notify.main(["--url-from", "MY_WEBHOOK", "--event", "end", "--rc", "1", "--log", str(log)]) == 0
+    said = capsys.readouterr().err  # the job's log gets this line
+    assert "did not take the end message" in said
+    (entry,) = notify_outbox.parse(Path(notify_outbox.outbox_path_for(str(log))).read_bytes())
+    assert entry.why and not entry.sent
+    for piece in pieces:
+        assert piece not in said and piece not in entry.why, (url, said)
+        assert piece not in Path(notify_outbox.outbox_path_for(str(log))).read_text()
+
+
+@pytest.mark.parametrize(("url", "pieces"), SHAPES[:2] + SHAPES[-3:])
+def test_the_relays_failure_in_the_job_store_is_masked(url, pieces, tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    rec, outbox, transport = _a_job(tmp_path, store, state="running")
+    notify_outbox.append(outbox, _entry("start"))
+    notify_relay.relay(store, [rec], transport, {"MY_WEBHOOK": url})
+    got = store.get("5", "local")
+    assert got.extra[notify_relay.KEY]["pending"] == 1 and "the relay's try failed" in notify_relay.words(got)
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("jobs.sqlite*"))
+    for piece in pieces:
+        assert piece.encode() not in stored and piece not in notify_relay.words(got)
+
+
+@pytest.mark.parametrize("bad", ["\r", "\n", "\t", "\x1b", "\x7f", "\u0085", "\u2028"])
+def test_a_url_with_a_control_character_is_refused_at_submit_without_its_value(bad, tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_WEBHOOK", f"https://hooks.example.org/T0k3n{bad}X-Injected: 1")
+    spec = JobSpec(cluster="local", nodes=1, notify="MY_WEBHOOK", workdir=str(tmp_path), venv="/opt/venv")
+    with pytest.raises(SpecError) as err:
+        resolve(spec, profiles.load("local"), cwd=str(tmp_path))
+    assert "--notify MY_WEBHOOK: its value holds a control character" in str(err.value)
+    assert "T0k3n" not in str(err.value) + str(err.value.hint)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_url_without_credentials_leaves_the_messages_words_alone():
+    url = "https://hooks.example.org/hooks/T0k3nPath?mail=a@b.org&from=hpc@x.org"
+    text = "hpc-launch: a node on x failed at hooks.example.org/hooks/T0k3nPath"
+    assert notify.mask(text, url) == "hpc-launch: a node on x failed at ***"
+    assert notify.mask("user u, pw p: a b", "smtp://u:p@127.0.0.1/?to=a@b.org") == "user ***, pw ***: a b"
