@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from . import notify_email, notify_outbox  # the package's own, standard library only
 
@@ -203,11 +203,22 @@ def deliver(url: str, text: str, sleep=time.sleep) -> Optional[str]:
     return why
 
 
-def with_cause(text: str, log: str, rc: int) -> str:
-    """A failure's message with doctor's cause and fix below its first line (notify_cause.py)."""
+def masked_cause(lines: List[str], url: str, values: Iterable[str]) -> List[str]:
+    """Doctor's lines, read from the job's log, with the URL and every --pass-env value masked
+    (in every form a program prints it): a program's error may quote either, and this goes out."""
+    from . import secrets  # the package's own, standard library only
+
+    hidden = url_secrets(url) if url else []
+    hidden += [form for value in values for form in secrets.value_forms(value)]
+    return [secrets.masked(line, hidden) for line in lines]
+
+
+def with_cause(text: str, log: str, rc: int, url: str = "", values: Iterable[str] = ()) -> str:
+    """A failure's message with doctor's cause and fix below its first line (notify_cause.py),
+    masked: nothing read from the log leaves the job as it was written."""
     from . import notify_cause  # the package's own, standard library only
 
-    lines = notify_cause.cause_lines(log, rc)
+    lines = masked_cause(notify_cause.cause_lines(log, rc), url, values)
     return "\n".join([text, *lines]) if lines else text
 
 
@@ -225,6 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--deadline", default="", help="HPC_LAUNCH_DEADLINE")
     p.add_argument("--log", default="", help="the job's log: doctor reads it, the outbox lies beside it")
     p.add_argument("--route", default="auto", choices=ROUTES)
+    p.add_argument("--mask-from", default="", metavar="NAMES", help="the --pass-env variables, comma-separated")
     try:
         a = p.parse_args(argv)
         url = os.environ.get(a.url_from, "")
@@ -248,8 +260,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             now=now,
         )
         if a.event == "end" and a.log and text.endswith(f"next: hpc-launch doctor {a.job_id}"):
-            text = with_cause(text, a.log, a.rc if a.rc is not None else 1)
-            text = mask(text, url) if url else text
+            values = [os.environ.get(n, "") for n in a.mask_from.split(",") if n]
+            text = with_cause(text, a.log, a.rc if a.rc is not None else 1, url, values)
         why = None if a.route == "relay" else deliver(url, text)
         sent = a.route != "relay" and why is None
         if a.log:

@@ -24,7 +24,7 @@ import base64
 import os
 import posixpath
 import re
-from typing import Dict, Iterable, Mapping, Optional, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Union
 
 SUFFIX = ".secrets"
 MARK = "***"
@@ -56,6 +56,16 @@ def encode(values: Mapping[str, Union[str, bytes]]) -> bytes:
 def submit_env(names: Iterable[str]) -> Optional[Dict[str, None]]:
     """The submit command's environment changes: these names removed (None = unset)."""
     return {name: None for name in names} or None
+
+
+def value_forms(value: str) -> List[str]:
+    """The ways a program may print a secret value: as it is, each of its lines, as Python's repr
+    and as JSON quote it (a traceback, a logged dict)."""
+    import json
+
+    lines = [line.strip() for line in value.splitlines()]
+    quoted = [repr(value)[1:-1], json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]]
+    return [value, *lines, *quoted]
 
 
 def masked(text: str, secrets: Iterable[str]) -> str:

@@ -6,6 +6,7 @@ on 127.0.0.1, the real outbox, the real job store, real processes."""
 from __future__ import annotations
 
 import base64
+import json
 import socketserver
 import threading
 from pathlib import Path
@@ -115,3 +116,43 @@ def test_a_url_without_credentials_leaves_the_messages_words_alone():
     text = "hpc-launch: a node on x failed at hooks.example.org/hooks/T0k3nPath"
     assert notify.mask(text, url) == "hpc-launch: a node on x failed at ***"
     assert notify.mask("user u, pw p: a b", "smtp://u:p@127.0.0.1/?to=a@b.org") == "user ***, pw ***: a b"
+
+
+# ---- a --pass-env value in the failing program's words never reaches the webhook -------------
+
+
+def test_a_pass_env_value_in_the_exception_is_masked_in_doctors_cause(hpc_launch_bin, notify_sandbox):
+    from test_notify import Hook, _submit, _wait_end
+
+    work, env, _ = notify_sandbox
+    hook = Hook("/hook/x")
+    env.update(MY_WEBHOOK=hook.url, API_TOKEN="tok-9f8e7d6c5b", SHORT_PW="k9")
+    (work / "leak.py").write_text(
+        "import os\n"
+        "raise RuntimeError(f\"The client socket has failed to connect to (db-{os.environ['API_TOKEN']}.lab, 29500) "
+        "as {os.environ['SHORT_PW']}\")\n"
+    )
+    job = _submit(
+        hpc_launch_bin,
+        work,
+        env,
+        "leak.py",
+        "--notify",
+        "MY_WEBHOOK",
+        "--pass-env",
+        "API_TOKEN",
+        "--pass-env",
+        "SHORT_PW",
+    )
+    assert _wait_end(work, "leak", job, until=lambda: len(hook.bodies) >= 2) != "0"
+    end = hook.texts()[1]
+    assert "cause: a rank could not reach the rendezvous" in end, end  # doctor's cause is there ...
+    assert "tok-9f8e7d6c5b" not in end and "(db-***.lab:29500)" in end  # ... without the value
+    assert "tok-9f8e7d6c5b" in (work / f"leak.o{job}").read_text()  # (the program did print it)
+
+
+def test_every_form_of_a_value_is_masked_in_a_cause_line():
+    value = 'multi-part\nline\'s "v" \u00e9'
+    line = f'cause: {value!r} and {json.dumps(value)} and line\'s "v" \u00e9 and k9 but not k99 nor multi'
+    got = notify.masked_cause([line], "http://h.example.org/x", [value, "k9"])
+    assert got == ["cause: '***' and \"***\" and *** and *** but not k99 nor multi"], got
