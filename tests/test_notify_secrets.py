@@ -156,3 +156,28 @@ def test_every_form_of_a_value_is_masked_in_a_cause_line():
     line = f'cause: {value!r} and {json.dumps(value)} and line\'s "v" \u00e9 and k9 but not k99 nor multi'
     got = notify.masked_cause([line], "http://h.example.org/x", [value, "k9"])
     assert got == ["cause: '***' and \"***\" and *** and *** but not k99 nor multi"], got
+
+
+# ---- hpc-launch's own notify lines are not the program's words --------------------------------
+
+
+def test_an_unreachable_webhook_is_not_read_as_the_rendezvous_network(tmp_path, monkeypatch, capsys):
+    from hpc_launch import doctor
+
+    monkeypatch.setenv(notify.PAUSES_ENV, "0,0")
+    monkeypatch.setenv("MY_WEBHOOK", f"http://127.0.0.1:{_CLOSED}/hook")
+    notify.main(["--url-from", "MY_WEBHOOK", "--event", "start", "--log", str(tmp_path / "t.o5")])
+    said = capsys.readouterr().err  # the line the job's log gets, as notify wrote it
+    assert "Connection refused" in said
+    log = f"[hpc-launch] job 5 on n1\n{said}Traceback (most recent call last):\nValueError: bad config\n"
+    d = doctor.diagnose(log, exit_code=1, state="failed")
+    assert not any(f.cause.key == "rendezvous" for f in d.findings), doctor.report_lines(d)
+    assert "notify" not in "\n".join(doctor.report_lines(d))  # nor shown as the evidence of an unknown failure
+    # the program's own refused connection still is
+    refused = (
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect to [n1]:29500 "
+        "(errno: 111 - Connection refused)."
+    )
+    log = f"[hpc-launch] job 5 on n1\n{said}{refused}\n"
+    d = doctor.diagnose(log, exit_code=1, state="failed")
+    assert [(f.cause.key, f.line_no) for f in d.findings if f.cause.key == "rendezvous"] == [("rendezvous", 3)]
