@@ -6,10 +6,17 @@ on 127.0.0.1, the real outbox, the real job store, real processes."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
+import os
+import signal
 import socketserver
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -181,3 +188,100 @@ def test_an_unreachable_webhook_is_not_read_as_the_rendezvous_network(tmp_path, 
     log = f"[hpc-launch] job 5 on n1\n{said}{refused}\n"
     d = doctor.diagnose(log, exit_code=1, state="failed")
     assert [(f.cause.key, f.line_no) for f in d.findings if f.cause.key == "rendezvous"] == [("rendezvous", 3)]
+
+
+# ---- a relay that dies holding the outbox's lock ---------------------------------------------
+
+
+class SlowHook:
+    """A real webhook on 127.0.0.1 that holds each POST until `release` is set (a slow server)."""
+
+    def __init__(self) -> None:
+        self.bodies: List[bytes] = []
+        self.release = threading.Event()
+        hook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                hook.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                hook.release.wait(30)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def _relay_process(tmp_path: Path, url: str) -> subprocess.Popen:
+    code = (
+        "import sys\nfrom hpc_launch import notify_relay\nfrom hpc_launch.records import JobStore\n"
+        "from hpc_launch.transport.local import LocalTransport\n"
+        f"s = JobStore({str(tmp_path / 'jobs.sqlite')!r})\n"
+        f"notify_relay.relay(s, [s.get('5', 'local')], LocalTransport(), {{'MY_WEBHOOK': {url!r}}})\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_relay_killed_mid_post_leaves_its_messages_to_the_next_one(how, tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    rec, outbox, transport = _a_job(tmp_path, store, end_time=time.time())
+    for event in ("start", "end"):
+        notify_outbox.append(outbox, _entry(event))
+    store.update("local", "5", extra={notify_relay.KEY: {"via": "MY_WEBHOOK", "pending": 2}})  # as the job left it
+    hook = SlowHook()
+    relay = _relay_process(tmp_path, hook.url)
+    deadline = time.monotonic() + 30
+    while not hook.bodies:  # the webhook holds the relay's first POST ...
+        assert relay.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    relay.send_signal(how)  # ... when it dies (kill -9) or is stopped (Ctrl-C)
+    relay.wait(30)
+    hook.release.set()
+    notify_relay.relay(store, [store.get("5", "local")], transport, {"MY_WEBHOOK": hook.url})  # the next `status`
+    after = store.get("5", "local")
+    assert notify_relay.words(after) == "2 sent", after.extra
+    assert sorted(json.loads(b)["text"] for b in hook.bodies[1:]) == ["t end", "t start"]
+    assert not os.path.exists(outbox + ".lock")
+
+
+def test_a_lock_held_by_a_live_relay_is_left_to_it(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    rec, outbox, transport = _a_job(tmp_path, store, end_time=time.time())
+    notify_outbox.append(outbox, _entry("end"))
+    store.update("local", "5", extra={notify_relay.KEY: {"via": "MY_WEBHOOK", "pending": 1}})
+    hook = SlowHook()
+    relay = _relay_process(tmp_path, hook.url)
+    try:
+        while not hook.bodies:
+            assert relay.poll() is None
+            time.sleep(0.02)
+        notify_relay.relay(store, [store.get("5", "local")], transport, {"MY_WEBHOOK": hook.url})
+        assert (
+            notify_relay.words(store.get("5", "local")) == "0 sent, 1 pending: another hpc-launch is sending them now"
+        )
+        assert len(hook.bodies) == 1
+    finally:
+        hook.release.set()
+        relay.wait(30)
+    notify_relay.relay(store, [store.get("5", "local")], transport, {"MY_WEBHOOK": hook.url})
+    assert notify_relay.words(store.get("5", "local")) == "1 sent" and len(hook.bodies) == 1
+
+
+def test_a_message_never_sent_is_given_up_with_its_reason_a_day_after_the_job_ended(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    rec, outbox, transport = _a_job(tmp_path, store, end_time=time.time() - notify_relay.GIVE_UP_S - 60)
+    notify_outbox.append(outbox, _entry("end"))
+    store.update("local", "5", extra={notify_relay.KEY: {"via": "MY_WEBHOOK", "pending": 1}})
+    url = f"http://127.0.0.1:{_CLOSED}/hook"
+    notify_relay.relay(store, [store.get("5", "local")], transport, {"MY_WEBHOOK": url})
+    after = store.get("5", "local")
+    assert notify_relay.words(after).startswith(
+        "0 sent, 1 failed: given up a day after the job ended; the last try: the relay's try failed: "
+        "ConnectionRefusedError"
+    )
+    assert not notify_relay.wanted(after)
