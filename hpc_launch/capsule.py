@@ -142,8 +142,9 @@ def git_state(directory: str) -> Tuple[Optional[Dict[str, Any]], str]:
 def _sha256(path: str) -> str:
     import hashlib
 
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+    from .paths import read_regular
+
+    return hashlib.sha256(read_regular(path, limit=MAX_BYTES)).hexdigest()
 
 
 def manifest(
@@ -221,16 +222,31 @@ class Capsule(msgspec.Struct):
     runs: List[Dict[str, Any]]
 
 
+MAX_READ_BYTES = 16 << 20  # capsule.json and runs.jsonl are kilobytes: more is not a capsule of ours
+
+
 def _read_text(transport: "Transport", path: str) -> Optional[str]:
+    """A capsule file's text, None when it is absent; a FIFO, a device or a file over MAX_READ_BYTES
+    put where it should be is one line, never a read that waits or never ends."""
+    from .paths import NotAUserFile
+
     data, offset = b"", 0
     if transport.size(path) is None:
         return None
-    while True:
-        chunk = transport.read_from(path, offset)
-        if not chunk:
-            return data.decode("utf-8", "replace")
-        data += chunk
-        offset += len(chunk)
+    try:
+        while True:
+            chunk = transport.read_from(path, offset)
+            if not chunk:
+                return data.decode("utf-8", "replace")
+            data += chunk
+            offset += len(chunk)
+            if offset > MAX_READ_BYTES:
+                raise SpecError(f"{path} is over 16 MiB: not a capsule file hpc-launch wrote")
+    except NotAUserFile as exc:
+        raise SpecError(
+            f"{path} {exc.strerror}: not a capsule file hpc-launch wrote",
+            hint="remove it (something else put it in the job's capsule)",
+        ) from None
 
 
 def load(record: "JobRecord", transport: "Transport") -> Capsule:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, List, Optional, cast
 
 from .. import capsule, dialects, secrets
 from ..dialects import Dialect
 from ..errors import SpecError
+from ..paths import read_user_file
 from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
@@ -130,9 +132,8 @@ def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written
     directory = f"{workdir}/{prepared.script.capsule_relpath}"
     source = None
     for i, (local_path, relpath) in enumerate(prepared.uploads):
-        try:
-            with open(local_path, encoding="utf-8") as fh:
-                text = fh.read()
+        try:  # a regular file only, bounded: a FIFO or device swapped in since the snapshot is refused
+            text = read_user_file(Path(local_path), capsule.MAX_BYTES)
         except (OSError, UnicodeDecodeError) as exc:
             if i:
                 continue  # a file beside the script that is not text: not code the job imports
