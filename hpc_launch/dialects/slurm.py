@@ -15,7 +15,7 @@ from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
 from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, WouldStart, last_matching_line
-from .slurm_options import long_option
+from .slurm_options import line_options, long_option, short_options
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
 _CODES: Dict[str, Tuple[str, JobState, str]] = {
@@ -197,8 +197,19 @@ class Slurm(Dialect):
     def directive_key(self, text: str) -> str:
         """A long option as sbatch reads it: getopt_long takes any unambiguous prefix, so
         `--parti=big` is `--partition=big` and must meet the same checks (an ambiguous one,
-        `--nod=1`, sbatch refuses itself)."""
+        `--nod=1`, sbatch refuses itself). A short option with its value attached (`-pdebug`) or
+        after other letters (`-HN9`) is the long option getopt reads it as; `-t 5` keeps its key."""
+        head = (text.split() or [""])[0]
+        found = short_options(head) if len(head) > 2 else []
+        if found:
+            return next((key for key, value in found if value is not None), found[-1][0])
         return long_option(super().directive_key(text))
+
+    def directive_keys(self, text: str) -> List[str]:
+        """The base's keys, and every option the line's short-option words set (`-HN9999`,
+        `-Q -t 99:00:00`): each meets its option's checks (directive_limits.py)."""
+        keys = super().directive_keys(text)
+        return list(dict.fromkeys(keys + line_options(text)))
 
     # squeue: `Invalid job id specified`; scancel -v: `Job/step already completing or completed`
     unknown_job_patterns = (r"invalid job id", r"already completing or completed")
