@@ -145,10 +145,17 @@ def slurm_time(text: str) -> Optional[float]:
     `2026-11-26T03:00:39` (this machine's local time, no zone); None for `N/A` and the like."""
     text = text.strip()
     if text.isdigit():
-        return float(text)
+        # beyond the year 9999 no clock can show it (and `status` would fail formatting it)
+        return float(text) if len(text) <= 12 and int(text) <= _LAST_SECOND else None
     if re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", text):
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        try:  # the right shape is not yet a date: `2026-13-45T99:99:99` is no estimate, not a traceback
+            return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        except (ValueError, OverflowError):
+            return None
     return None
+
+
+_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z
 
 
 def exit_status(value: str) -> Optional[int]:
