@@ -103,3 +103,16 @@ def test_a_script_that_is_not_a_regular_file_is_refused_by_submit_as_by_the_dry_
             _within(10, attempt)
         assert f"--script {script}: is not a regular file" in str(err.value)
     assert list((tmp_path / "w").iterdir()) == []
+
+
+def test_a_fifo_as_the_log_gives_no_cause_at_once_not_after_the_time_limit(tmp_path, unblock):
+    import time
+
+    from hpc_launch import notify_cause
+
+    fifo = tmp_path / "t.o5"
+    os.mkfifo(fifo)
+    unblock(str(fifo))
+    t0 = time.monotonic()
+    assert notify_cause.cause_lines(str(fifo), 1) == []
+    assert time.monotonic() - t0 < 5  # before: the child waited on the FIFO until its 15 s limit
