@@ -285,3 +285,24 @@ def test_a_message_never_sent_is_given_up_with_its_reason_a_day_after_the_job_en
         "ConnectionRefusedError"
     )
     assert not notify_relay.wanted(after)
+
+
+def test_a_real_job_with_a_password_in_its_mail_url_writes_it_nowhere(hpc_launch_bin, notify_sandbox):
+    """End to end: a real `local` job whose --notify is an smtp:// URL with a password holding a
+    `/`, to a server that refuses the login and echoes it; then `status` relays and fails again."""
+    from test_notify import _everything_written, _submit, _wait_end
+    from test_notify_relay import _status
+
+    work, env, db = notify_sandbox
+    env[notify.PAUSES_ENV] = "0,0"
+    env["MY_MAIL"] = f"smtp://alice:Qx7k/Zr9m@127.0.0.1:{_SMTP.port}/?to=a@x.org"
+    job = _submit(hpc_launch_bin, work, env, "fail.py", "--notify", "MY_MAIL")
+    outbox = work / f"fail.o{job}.notify"
+    assert _wait_end(work, "fail", job, until=lambda: outbox.exists() and outbox.read_text().count("\n") >= 2) == "3"
+    (got,) = _status(hpc_launch_bin, work, env)
+    assert got["notify"]["pending"] == 2 and "the relay's try failed" in got["notify"]["why"], got["notify"]
+    log = (work / f"fail.o{job}").read_text()
+    assert log.count("did not take the") == 2
+    written = _everything_written(work, db)
+    for piece in (b"Qx7k", b"Zr9m"):
+        assert piece not in written, piece
