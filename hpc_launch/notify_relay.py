@@ -127,6 +127,10 @@ def _relay_one(
     pending = [e for e in entries if e.relay and not e.sent and e.id not in relayed]
     why = ""
     if pending:
+        # what is owed, stored before the first try: a relay killed mid-POST (kill -9, Ctrl-C) must
+        # leave the job owed, or an ended job never looked at before is never looked at again
+        _store(store, rec, {**known, **notify_outbox.tally(entries, relayed).as_dict(), "done": False})
+        rec = store.get(rec.job_id, rec.cluster)
         relayed, why = _send(transport, outbox, pending, env, down)
     tally = notify_outbox.tally(entries, relayed, why)
     if terminal and tally.pending and time.time() - (rec.end_time or time.time()) > GIVE_UP_S:

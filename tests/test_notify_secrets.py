@@ -216,12 +216,16 @@ class SlowHook:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def _relay_process(tmp_path: Path, url: str) -> subprocess.Popen:
+def _relay_process(tmp_path: Path, url: str, as_seen: str = "") -> subprocess.Popen:
+    """A real relay process (what `status` runs), on the job as the store holds it, or as a refresh
+    saw it before it stored the job's end (`as_seen`: the state then)."""
     code = (
         "import sys\nfrom hpc_launch import notify_relay\nfrom hpc_launch.records import JobStore\n"
         "from hpc_launch.transport.local import LocalTransport\n"
         f"s = JobStore({str(tmp_path / 'jobs.sqlite')!r})\n"
-        f"notify_relay.relay(s, [s.get('5', 'local')], LocalTransport(), {{'MY_WEBHOOK': {url!r}}})\n"
+        "rec = s.get('5', 'local')\n"
+        + (f"rec.state = {as_seen!r}\n" if as_seen else "")
+        + f"notify_relay.relay(s, [rec], LocalTransport(), {{'MY_WEBHOOK': {url!r}}})\n"
     )
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
 
@@ -306,3 +310,27 @@ def test_a_real_job_with_a_password_in_its_mail_url_writes_it_nowhere(hpc_launch
     written = _everything_written(work, db)
     for piece in (b"Qx7k", b"Zr9m"):
         assert piece not in written, piece
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_job_whose_first_relay_dies_mid_post_is_still_owed_its_messages(how, tmp_path):
+    """`status` stores the job's end, then relays for the first time (no notify state yet) and is
+    killed while the webhook holds the POST: the job must stay owed (before: an ended job never
+    looked at is not chased, so `status` dropped it and the messages were lost silently)."""
+    store = JobStore(tmp_path / "jobs.sqlite")
+    rec, outbox, transport = _a_job(tmp_path, store, end_time=time.time())  # ended, stored so
+    for event in ("start", "end"):
+        notify_outbox.append(outbox, _entry(event))
+    hook = SlowHook()
+    relay = _relay_process(tmp_path, hook.url, as_seen="running")  # the refresh saw it running
+    deadline = time.monotonic() + 30
+    while not hook.bodies:
+        assert relay.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    relay.send_signal(how)
+    relay.wait(30)
+    hook.release.set()
+    after = store.get("5", "local")
+    assert notify_relay.wanted(after), after.extra  # `status` still lists it ...
+    notify_relay.relay(store, [after], transport, {"MY_WEBHOOK": hook.url})
+    assert notify_relay.words(store.get("5", "local")) == "2 sent"  # ... and its next relay sends both
