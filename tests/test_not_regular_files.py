@@ -116,3 +116,18 @@ def test_a_fifo_as_the_log_gives_no_cause_at_once_not_after_the_time_limit(tmp_p
     t0 = time.monotonic()
     assert notify_cause.cause_lines(str(fifo), 1) == []
     assert time.monotonic() - t0 < 5  # before: the child waited on the FIFO until its 15 s limit
+
+
+def test_both_transports_refuse_a_fifo_and_a_device_and_read_a_file(transport, tmp_path, unblock):
+    """Here and over a real sshd: the SFTP server's open() of a FIFO would hold the session."""
+    from hpc_launch.paths import NotAUserFile
+
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    unblock(str(fifo))
+    for path in (str(fifo), "/dev/zero"):
+        with pytest.raises(NotAUserFile):
+            _within(10, lambda: transport.read_from(path, 0))  # noqa: B023 - called at once
+    (tmp_path / "r").write_bytes(b"0123456789")
+    assert transport.read_from(str(tmp_path / "r"), 3, 4) == b"3456"
+    assert logs.read_exit_code(transport, str(fifo)) is None
