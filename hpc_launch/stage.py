@@ -32,6 +32,7 @@ import tempfile
 import time
 from typing import IO, Dict, List, Optional, Tuple
 
+from .paths import read_regular  # the package's own, standard library only
 from .stage_nodes import (  # noqa: F401  (re-exported: the tests and the job script's callers name them here)
     StageError,
     children,
@@ -502,8 +503,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not 0 <= index < len(hosts):
             raise StageError(f"node index {index} is not in the hostfile's {len(hosts)} hosts")
         host = hosts[index]
-        with open(a.token_file, "rb") as fh:
-            token = fh.read().strip()
+        token = read_regular(a.token_file, limit=4096).strip()  # a FIFO there is refused, never waited on
         if len(token) < 16:
             raise StageError(f"{a.token_file} holds no token")
         dest = resolve(a.dest, host)

@@ -259,6 +259,7 @@ def test_bad_input_is_one_line(tmp_path, src):
             "is not a directory",
         ),
         (["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", str(empty)], "holds no token"),
+        (["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", "/dev/zero"], "not a regular file"),
         (
             ["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", str(token), "--index", "4"],
             "not in the hostfile",
