@@ -103,7 +103,7 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
 def _search(patterns: Sequence[str], full: str, programs: str, facts: Facts):
     """The first pattern (in the cause's order) that matches: its groups, the evidence line, its
     number. The log comes first, from the top (the first rank to fail says it first), then the
-    scheduler's comment. A pattern of hpc-launch's own words reads `text`, any other `programs`
+    scheduler's comment. A pattern of hpc-launch's own words reads `full`, any other `programs`
     (the log without hpc-launch's own lines: its notify's `Connection refused` is not a rank's)."""
     for pattern in patterns:
         rx = re.compile(pattern, re.M)
