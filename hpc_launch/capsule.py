@@ -91,6 +91,28 @@ def snapshot(script: str) -> Tuple[List[CodeFile], bool]:
     return files[:1], False
 
 
+def copy_mode(path: str) -> int:
+    """The mode of a file's copy in the capsule: never more open than the original (its group and
+    others' read bits at most; no write or execute for them), always readable by the user's job."""
+    try:
+        return 0o600 | (os.stat(path).st_mode & 0o044)
+    except OSError:
+        return 0o600  # gone since the snapshot: the copy fails later, and says so
+
+
+def private_note(files: List[CodeFile]) -> Optional[str]:
+    """The one line a user hears when files only they can read go along with --script (a config
+    holding a token): their copies stay theirs alone, and how to keep them out."""
+    private = [f.rel for f in files[1:] if copy_mode(f.local) == 0o600]
+    if not private:
+        return None
+    them = "it" if len(private) == 1 else "them"
+    return (
+        f"only you can read {', '.join(private)} beside --script: the job's capsule keeps {them} 0600 "
+        f"(move {them} out of {os.path.dirname(files[0].local)} if the job does not need {them})"
+    )
+
+
 def _git(directory: str, *args: str) -> Optional[str]:
     import subprocess  # here, as hashlib and socket below: `submit --dry-run`'s start-up is budgeted (launch-cost.md)
 
@@ -120,8 +142,9 @@ def git_state(directory: str) -> Tuple[Optional[Dict[str, Any]], str]:
 def _sha256(path: str) -> str:
     import hashlib
 
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+    from .paths import read_regular
+
+    return hashlib.sha256(read_regular(path, limit=MAX_BYTES)).hexdigest()
 
 
 def manifest(
@@ -199,16 +222,31 @@ class Capsule(msgspec.Struct):
     runs: List[Dict[str, Any]]
 
 
+MAX_READ_BYTES = 16 << 20  # capsule.json and runs.jsonl are kilobytes: more is not a capsule of ours
+
+
 def _read_text(transport: "Transport", path: str) -> Optional[str]:
+    """A capsule file's text, None when it is absent; a FIFO, a device or a file over MAX_READ_BYTES
+    put where it should be is one line, never a read that waits or never ends."""
+    from .paths import NotAUserFile
+
     data, offset = b"", 0
     if transport.size(path) is None:
         return None
-    while True:
-        chunk = transport.read_from(path, offset)
-        if not chunk:
-            return data.decode("utf-8", "replace")
-        data += chunk
-        offset += len(chunk)
+    try:
+        while True:
+            chunk = transport.read_from(path, offset)
+            if not chunk:
+                return data.decode("utf-8", "replace")
+            data += chunk
+            offset += len(chunk)
+            if offset > MAX_READ_BYTES:
+                raise SpecError(f"{path} is over 16 MiB: not a capsule file hpc-launch wrote")
+    except NotAUserFile as exc:
+        raise SpecError(
+            f"{path} {exc.strerror}: not a capsule file hpc-launch wrote",
+            hint="remove it (something else put it in the job's capsule)",
+        ) from None
 
 
 def load(record: "JobRecord", transport: "Transport") -> Capsule:

@@ -24,7 +24,11 @@ _ERRORISH = re.compile(
     r"(?i)\b(error|exception|traceback|fatal|failed|failure|killed|denied|refused|timed out|not found"
     r"|no such file|abort(ed)?|segmentation fault)\b"
 )
-_ROUTINE = re.compile(r"\[(INFO|WARNING|DEBUG)\]|^\[hpc-train\]")
+_ROUTINE = re.compile(r"\[(INFO|WARNING|DEBUG)\]|^\[hpc-train\]|^\[hpc-launch\] notify:")
+# hpc-launch's own lines in the log (its job script, its notify's report of a webhook it could not
+# reach): only a cause written for them reads them, never one matching a program's words
+_OWN_LINE = re.compile(r"^\[hpc-launch\] .*$", re.M)
+_OWN_WORDS = r"\[hpc-launch\]"
 _EVIDENCE_CHARS = 220
 # What a terminal would act on rather than show (ESC starts a colour or moves the cursor, BEL
 # rings, C1 and bidi controls reorder) in the log text doctor prints: shown as \x1b, \u202e.
@@ -69,6 +73,7 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
     code and its state (a JobState or its word)."""
     facts = Facts(exit_code=exit_code, state=getattr(state, "value", state), comment=(comment or "").strip())
     text = log_text.replace("\r\n", "\n")
+    programs = _OWN_LINE.sub("", text)  # the same lines, numbered alike, hpc-launch's own ones empty
     strong: List[Finding] = []
     weak: List[Finding] = []
     ended_well = facts.exit_code == 0 or facts.state == "done"
@@ -76,14 +81,14 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
         if cause.fallback and (ended_well or strong):
             continue
         said = cause.signal(facts) if cause.signal else None
-        hit = _search(cause.patterns, text, facts)
+        hit = _search(cause.patterns, text, programs, facts)
         if hit:
             strong.append(_finding(cause, *hit, strong=True))
         elif said and not cause.signal_weak:
             strong.append(_finding(cause, {}, said, None, strong=True))
         elif facts.cancelled:
             continue  # a cancel explains a kill signal
-        elif hit := _search(cause.weak, text, facts):
+        elif hit := _search(cause.weak, text, programs, facts):
             weak.append(_finding(cause, *hit, strong=False))
         elif said:
             weak.append(_finding(cause, {}, said, None, strong=False))
@@ -95,12 +100,14 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
     return Diagnosis(tuple(findings), tail, facts)
 
 
-def _search(patterns: Sequence[str], text: str, facts: Facts):
+def _search(patterns: Sequence[str], full: str, programs: str, facts: Facts):
     """The first pattern (in the cause's order) that matches: its groups, the evidence line, its
     number. The log comes first, from the top (the first rank to fail says it first), then the
-    scheduler's comment."""
+    scheduler's comment. A pattern of hpc-launch's own words reads `full`, any other `programs`
+    (the log without hpc-launch's own lines: its notify's `Connection refused` is not a rank's)."""
     for pattern in patterns:
         rx = re.compile(pattern, re.M)
+        text = full if _OWN_WORDS in pattern else programs
         m = rx.search(text)
         if m:
             start = text.rfind("\n", 0, m.start()) + 1

@@ -15,6 +15,7 @@ import time
 from typing import Callable, Optional
 
 from hpc_launch.errors import HpcLaunchError, TransportError
+from hpc_launch.paths import NotAUserFile
 from hpc_launch.protocol import (
     LIVE_LOG_SUFFIX,
     POLL,
@@ -242,7 +243,7 @@ def read_exit_time(transport: Transport, exit_path: str) -> Optional[float]:
     """When the job script ended, as its exit file says (the cluster's clock); None if it does not."""
     try:
         data = transport.read_from(exit_path, 0, 512)
-    except (FileNotFoundError, TransportError):
+    except (FileNotFoundError, NotAUserFile, TransportError):
         return None
     return parse_exit_time(data.decode("utf-8", errors="replace"))
 
@@ -252,6 +253,6 @@ def read_exit_code(transport: Transport, exit_path: str, script: Optional[str] =
     garbage, or written by another script (an earlier job with the same number)."""
     try:
         data = transport.read_from(exit_path, 0, 512)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotAUserFile):  # a FIFO or a device there is not an exit code
         return None
     return parse_exit_file(data.decode("utf-8", errors="replace"), script)

@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from . import notify_email, notify_outbox  # the package's own, standard library only
 
@@ -118,14 +118,39 @@ def payload(url: str, text: str) -> Tuple[str, bytes, str]:
     return url, json.dumps({"text": text}).encode(), "application/json"
 
 
+# where a URL's parts split: a password may hold any of them, and an error may show any piece
+_URL_SEPARATORS = re.compile(r"[:/@?#&=;,\s]+")
+
+
+def url_secrets(url: str) -> List[str]:
+    """Every part of `url` that could give it away, however it is written: the whole, what follows
+    its scheme, the user and password (before an `@`: a password may hold `/`, `#`, `?` or `@`),
+    what urlsplit makes of it (a library's error quotes those: `nonnumeric port: 'pa'`),
+    the path's and query's pieces, each also percent-decoded. The user's and password's pieces
+    count whatever their length; other pieces from 4 characters on."""
+    bare = url[len("ntfy+") :] if url.startswith("ntfy+") else url
+    rest = re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:(//)?", "", bare)
+    # before which `@` the credentials end is a guess when a password holds one: each is taken, but
+    # one that went into the query (`?to=a@b`) is not a password, and a short piece of it is a word
+    ats = [i for i, c in enumerate(rest) if c == "@"]
+    userinfos = [rest[:i] for i in ats if "=" not in rest[:i].partition("?")[2]]
+    parts = urllib.parse.urlsplit(bare)
+    credentials = [parts.username or "", parts.password or ""]
+    for userinfo in userinfos:
+        credentials += [userinfo, *userinfo.split(":", 1)]
+    credentials += [p for c in list(credentials) for p in _URL_SEPARATORS.split(c)]
+    whole = [url, bare, rest, parts.netloc, parts.path, parts.query, parts.fragment, parts.hostname or ""]
+    whole += [p for w in list(whole) for p in _URL_SEPARATORS.split(w) if len(p) >= 4]
+    found = credentials + whole
+    found += [urllib.parse.unquote(s) for s in found] + [urllib.parse.unquote_plus(s) for s in found]
+    return [s for s in dict.fromkeys(found) if s and s != "/"]
+
+
 def mask(text: str, url: str) -> str:
-    """`text` with the URL and every part of it that could identify it replaced."""
-    parts = urllib.parse.urlsplit(url[len("ntfy+") :] if url.startswith("ntfy+") else url)
-    secrets: List[str] = [url, parts.geturl(), parts.netloc, parts.path, parts.query]
-    secrets += [p for p in parts.path.split("/") if len(p) >= 4]
-    for s in sorted({s for s in secrets if s and s != "/"}, key=len, reverse=True):
-        text = text.replace(s, "***")
-    return text
+    """`text` with the URL and every part of it that could identify it or its credentials replaced."""
+    from . import secrets  # the package's own, standard library only
+
+    return secrets.masked(text, url_secrets(url))
 
 
 def send(url: str, text: str, timeout: float = TIMEOUT_S) -> Optional[str]:
@@ -178,11 +203,22 @@ def deliver(url: str, text: str, sleep=time.sleep) -> Optional[str]:
     return why
 
 
-def with_cause(text: str, log: str, rc: int) -> str:
-    """A failure's message with doctor's cause and fix below its first line (notify_cause.py)."""
+def masked_cause(lines: List[str], url: str, values: Iterable[str]) -> List[str]:
+    """Doctor's lines, read from the job's log, with the URL and every --pass-env value masked
+    (in every form a program prints it): a program's error may quote either, and this goes out."""
+    from . import secrets  # the package's own, standard library only
+
+    hidden = url_secrets(url) if url else []
+    hidden += [form for value in values for form in secrets.value_forms(value)]
+    return [secrets.masked(line, hidden) for line in lines]
+
+
+def with_cause(text: str, log: str, rc: int, url: str = "", values: Iterable[str] = ()) -> str:
+    """A failure's message with doctor's cause and fix below its first line (notify_cause.py),
+    masked: nothing read from the log leaves the job as it was written."""
     from . import notify_cause  # the package's own, standard library only
 
-    lines = notify_cause.cause_lines(log, rc)
+    lines = masked_cause(notify_cause.cause_lines(log, rc), url, values)
     return "\n".join([text, *lines]) if lines else text
 
 
@@ -200,6 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--deadline", default="", help="HPC_LAUNCH_DEADLINE")
     p.add_argument("--log", default="", help="the job's log: doctor reads it, the outbox lies beside it")
     p.add_argument("--route", default="auto", choices=ROUTES)
+    p.add_argument("--mask-from", default="", metavar="NAMES", help="the --pass-env variables, comma-separated")
     try:
         a = p.parse_args(argv)
         url = os.environ.get(a.url_from, "")
@@ -223,8 +260,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             now=now,
         )
         if a.event == "end" and a.log and text.endswith(f"next: hpc-launch doctor {a.job_id}"):
-            text = with_cause(text, a.log, a.rc if a.rc is not None else 1)
-            text = mask(text, url) if url else text
+            values = [os.environ.get(n, "") for n in a.mask_from.split(",") if n]
+            text = with_cause(text, a.log, a.rc if a.rc is not None else 1, url, values)
         why = None if a.route == "relay" else deliver(url, text)
         sent = a.route != "relay" and why is None
         if a.log:

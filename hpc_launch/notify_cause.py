@@ -19,7 +19,10 @@ TAIL_BYTES = 3 << 20  # ... and the end says how it ended: a long log keeps both
 
 
 def _read_bounded(path: str) -> str:
-    with open(path, "rb") as fh:
+    from . import paths  # the package's own, standard library only
+
+    # a FIFO or a device where the log should be is refused at once, never waited on
+    with os.fdopen(paths.open_regular(path), "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size <= HEAD_BYTES + TAIL_BYTES:
             data = fh.read()

@@ -5,7 +5,11 @@ outbox (notify_outbox.py), exactly once, and records where they stand for `statu
 Exactly once: the relay sends only under the outbox's lock (a directory, made atomically by
 `mkdir` where the job's files are, so two relays on two machines exclude each other) and writes
 each id to the sent-marker file as soon as the webhook took it. Only a relay killed between the
-webhook's answer and that write (milliseconds) would send that message again at the next refresh.
+webhook's answer and that write (milliseconds), or while a slow webhook held its POST, would send
+that message again at the next refresh. The lock names its holder (`HOST PID START`): a relay on
+the same host takes it over as soon as that process is gone (kill -9, a closed terminal), any other
+once it is STALE_LOCK_MIN old. A message not sent a day after the job ended is given up, with the
+reason, so `status` says so instead of carrying it for ever.
 
 The URL is read from THIS side's environment, by the variable name the job recorded: the job's
 copy never leaves the job. A relay without the variable set says so in `status` and keeps the
@@ -14,8 +18,10 @@ messages for one that has it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import socket
 import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -29,6 +35,9 @@ from .transport.base import Transport
 KEY = "notify"  # record.extra: {"via": NAME or "", "size": bytes seen, **Tally, "done": bool}
 RELAY_TIMEOUT_S = 8.0  # one try per message per refresh: the next refresh tries again
 STALE_LOCK_MIN = 2  # a lock older than this was left by a relay that died
+HOLDER = "holder"  # in the lock: `HOST PID START` of the relay holding it
+TAKEOVER_SUFFIX = ".takeover"
+GIVE_UP_S = 24 * 3600.0  # a message not sent within a day of the job's end is given up, with its reason
 END_GRACE_S = 120.0  # a job's end message follows its exit-code file by at most 30 s (notify.deliver)
 _URL_FROM = re.compile(rb"--url-from (\S+)")
 
@@ -118,8 +127,19 @@ def _relay_one(
     pending = [e for e in entries if e.relay and not e.sent and e.id not in relayed]
     why = ""
     if pending:
+        # what is owed, stored before the first try: a relay killed mid-POST (kill -9, Ctrl-C) must
+        # leave the job owed, or an ended job never looked at before is never looked at again
+        _store(store, rec, {**known, **notify_outbox.tally(entries, relayed).as_dict(), "done": False})
+        rec = store.get(rec.job_id, rec.cluster)
         relayed, why = _send(transport, outbox, pending, env, down)
     tally = notify_outbox.tally(entries, relayed, why)
+    if terminal and tally.pending and time.time() - (rec.end_time or time.time()) > GIVE_UP_S:
+        tally = dataclasses.replace(
+            tally,
+            pending=0,
+            failed=tally.failed + tally.pending,
+            why=f"given up a day after the job ended; the last try: {tally.why or 'none'}",
+        )
     known.update(size=size, **tally.as_dict())
     ended_long_ago = terminal and time.time() - (rec.end_time or time.time()) > END_GRACE_S
     known["missing"] = ended_long_ago and not tally.ended
@@ -165,17 +185,78 @@ def _send(
             transport.put_text(sent_path, notify_outbox.sent_text(sent), 0o600)
         return sent, ""
     finally:
-        transport.run(["rmdir", lock], timeout=30)
+        _release(transport, lock)
 
 
 def _lock(transport: Transport, lock: str) -> bool:
-    if transport.run(["mkdir", lock], timeout=30).rc == 0:
+    """Take the outbox's lock, or take it over from a relay that died holding it: one of this host
+    whose process is gone (kill -9, a closed laptop lid's lost session) at once, any other once
+    the lock is STALE_LOCK_MIN old (no relay holds it that long: one try per message)."""
+    if _claim(transport, lock):
         return True
+    holder = _read(transport, f"{lock}/{HOLDER}", 256).decode("utf-8", "replace")
     stale = transport.run(["find", lock, "-maxdepth", "0", "-mmin", f"+{STALE_LOCK_MIN}"], timeout=30)
-    if stale.rc == 0 and stale.out.strip():  # its relay died holding it
-        transport.run(["rmdir", lock], timeout=30)
-        return transport.run(["mkdir", lock], timeout=30).rc == 0
-    return False
+    if not (_holder_gone(holder) or (stale.rc == 0 and stale.out.strip())):
+        return False
+    takeover = lock + TAKEOVER_SUFFIX  # two relays that both found it dead: one takes it over
+    if transport.run(["mkdir", takeover], timeout=30).rc != 0:
+        return False
+    try:
+        if _read(transport, f"{lock}/{HOLDER}", 256).decode("utf-8", "replace") != holder:
+            return False  # taken over by another relay in the meantime
+        _release(transport, lock)
+        return _claim(transport, lock)
+    finally:
+        transport.run(["rmdir", takeover], timeout=30)
+
+
+def _claim(transport: Transport, lock: str) -> bool:
+    if transport.run(["mkdir", lock], timeout=30).rc != 0:
+        return False
+    try:
+        transport.put_text(f"{lock}/{HOLDER}", _me(), 0o600)
+    except (OSError, HpcLaunchError):
+        pass  # a lock without its holder is taken over by its age
+    except BaseException:  # Ctrl-C between the two: no lock of nobody's is left
+        _release(transport, lock)
+        raise
+    return True
+
+
+def _release(transport: Transport, lock: str) -> None:
+    transport.run(["rm", "-rf", "--", lock], timeout=30)  # the lock dir, its holder, a half-written holder
+
+
+def _me() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()} {pid} {_started(pid)}\n"
+
+
+def _started(pid: int) -> str:
+    """A process's start (clock ticks since boot, Linux's /proc; "" elsewhere): a reused pid has
+    another; "Z" for a zombie (killed, not yet reaped: gone all the same)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return "Z" if fields[:1] == [b"Z"] else fields[19].decode() if len(fields) > 19 else ""
+
+
+def _holder_gone(holder: str) -> bool:
+    """Did the lock's holder, `HOST PID START` as it wrote itself, run on this host and end?"""
+    parts = holder.split()
+    if len(parts) not in (2, 3) or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False  # another host's relay (or none written): the lock's age decides
+    pid = int(parts[1])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return True  # another user's process has the pid now: the relay (ours) is gone
+    now = _started(pid)
+    return now == "Z" or (len(parts) == 3 and bool(now) and now != parts[2])
 
 
 def _store(store: JobStore, rec: JobRecord, known: Dict[str, object]) -> None:

@@ -86,23 +86,47 @@ class NotAUserFile(OSError):
     """A directory, a device, a FIFO or a file too big where a small text file was expected."""
 
 
-def read_user_file(path: Path, limit: int = USER_FILE_LIMIT) -> str:
-    """The UTF-8 text of a file the user names: a regular file of at most `limit` bytes, so that a
-    directory, a FIFO or a device (/dev/zero) is an OSError naming why instead of a read that never
-    ends. Raises NotAUserFile or another OSError (its strerror says why), or UnicodeDecodeError."""
+def open_regular(path: "os.PathLike[str] | str", *, dev_null: bool = False) -> int:
+    """A descriptor for reading `path`, a regular file: opened without blocking (a FIFO with no
+    writer would wait forever in open(), and a device such as /dev/zero never ends), then checked.
+    Raises NotAUserFile for a directory, a device, a FIFO or a socket (with `dev_null`, /dev/null
+    is let through: `--config /dev/null`, deliberately empty), or another OSError."""
     import errno
     import stat
 
-    # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise NotAUserFile(errno.EISDIR, "is a directory, not a file", str(path))
-        if not stat.S_ISREG(st.st_mode):
-            if os.path.samestat(st, os.stat(os.devnull)):  # `--config /dev/null`: deliberately empty
-                return ""
+        if not stat.S_ISREG(st.st_mode) and not (dev_null and os.path.samestat(st, os.stat(os.devnull))):
             raise NotAUserFile(errno.EINVAL, "is not a regular file but a device, FIFO or socket", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: "os.PathLike[str] | str", offset: int = 0, limit: int = USER_FILE_LIMIT) -> bytes:
+    """At most `limit` bytes of a regular file from `offset` (open_regular: never a FIFO's wait)."""
+    fd = open_regular(path)
+    try:
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    finally:
+        os.close(fd)
+
+
+def read_user_file(path: Path, limit: int = USER_FILE_LIMIT) -> str:
+    """The UTF-8 text of a file the user names: a regular file of at most `limit` bytes, so that a
+    directory, a FIFO or a device (/dev/zero) is an OSError naming why instead of a read that never
+    ends. Raises NotAUserFile or another OSError (its strerror says why), or UnicodeDecodeError."""
+    import errno
+
+    fd = open_regular(path, dev_null=True)
+    try:
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(limit + 1)  # the file may have grown since fstat
     finally:

@@ -15,7 +15,7 @@ from msgspec.structs import replace
 
 from . import dialects, profiles
 from .errors import HpcLaunchError, SpecError
-from .capsule import snapshot
+from .capsule import private_note, snapshot
 from .protocol import CAPSULE_CODE, LOCAL_HOST, capsule_relpath, is_local
 from .render import JobScript, render
 from .spec import JobSpec, ResolvedJob, resolve
@@ -157,10 +157,18 @@ def _capsule_code(
             f"--script {spec.script}: is a directory, not a training script",
             hint="give the script's file, e.g. --script train.py (the modules beside it go along)",
         )
+    if host == LOCAL_HOST and os.path.exists(local) and not os.path.isfile(local):
+        raise SpecError(  # a FIFO would hold the submit, /dev/zero fill the job's memory
+            f"--script {spec.script}: is not a regular file but a device, FIFO or socket",
+            hint="give your training script's file, e.g. --script train.py",
+        )
     if host == LOCAL_HOST or os.path.isfile(local):
         if not os.path.isfile(local):
             return local, (), None, None  # named as given: the inputs check says it is missing
         files, whole = snapshot(local)
+        private = private_note(files)
+        if private:
+            note(private)
         if not whole:
             note(
                 f"the code beside --script {local} is more than a job takes along ({os.path.dirname(local)} is big): "

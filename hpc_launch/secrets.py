@@ -23,9 +23,12 @@ from __future__ import annotations
 import base64
 import os
 import posixpath
-from typing import Dict, Iterable, Mapping, Optional, Union
+import re
+from typing import Dict, Iterable, List, Mapping, Optional, Union
 
 SUFFIX = ".secrets"
+MARK = "***"
+SHORT = 4  # a secret this short is masked only where it stands alone: as a substring it would garble words
 
 
 def path_for(script_path: str) -> str:
@@ -53,3 +56,25 @@ def encode(values: Mapping[str, Union[str, bytes]]) -> bytes:
 def submit_env(names: Iterable[str]) -> Optional[Dict[str, None]]:
     """The submit command's environment changes: these names removed (None = unset)."""
     return {name: None for name in names} or None
+
+
+def value_forms(value: str) -> List[str]:
+    """The ways a program may print a secret value: as it is, each of its lines, as Python's repr
+    and as JSON quote it (a traceback, a logged dict)."""
+    import json
+
+    lines = [line.strip() for line in value.splitlines()]
+    quoted = [repr(value)[1:-1], json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]]
+    return [value, *lines, *quoted]
+
+
+def masked(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret replaced by MARK, the longest first (so a part never leaves the
+    rest of a longer one readable): a long one wherever it appears, a short one where no letter
+    or digit touches it. Standard library only: the job runs this (notify.py, notify_cause.py)."""
+    for secret in sorted({s for s in secrets if s and s.strip()}, key=len, reverse=True):
+        if len(secret) >= SHORT:
+            text = text.replace(secret, MARK)
+        else:
+            text = re.sub(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])", MARK, text)
+    return re.sub(rf"(?:{re.escape(MARK)}){{2,}}", MARK, text)  # a host and a path side by side: one mark

@@ -28,6 +28,8 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.@%+][A-Za-z0-9_.@%+:/=-]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# in a --notify URL: C0, DEL, C1 and the line separators (a CR/LF would split a request or a mail header)
+_URL_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _DS_ENV_UNSAFE = re.compile(r'["$`\\]')  # DeepSpeed's pdsh runner only wraps values in "..."
 # Names whose values must not be written into a job script (it is copied, kept, often world-readable).
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
@@ -407,6 +409,11 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             )
         if key not in os.environ:
             raise SpecError(f"{opt} {key}: it is not set in this shell", hint=f"export {key}=... first")
+        if key == notify and _URL_CONTROL.search(os.environ[key]):
+            raise SpecError(  # never the value: it is the secret
+                f"--notify {key}: its value holds a control character (a line break, tab or escape), which no URL has",
+                hint=f"set {key} to the webhook URL or mail address form alone, on one line",
+            )
     if pass_env and launcher.env_file and spec.nodes > 1:
         # DeepSpeed's multi-node runner puts what it forwards on a command line: pdsh's
         # `export K=V; ...`, mpirun's `-x K=V` (deepspeed/launcher/multinode_runner.py)

@@ -32,6 +32,7 @@ import tempfile
 import time
 from typing import IO, Dict, List, Optional, Tuple
 
+from .paths import read_regular  # the package's own, standard library only
 from .stage_nodes import (  # noqa: F401  (re-exported: the tests and the job script's callers name them here)
     StageError,
     children,
@@ -41,6 +42,7 @@ from .stage_nodes import (  # noqa: F401  (re-exported: the tests and the job sc
     announce,
     announced,
     interface_address,
+    own_destination,
     read_addrs,
     read_hosts,
     relocate,
@@ -72,6 +74,17 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+MAX_WORD = 4096  # a failure's message: senders cut theirs at 4000 bytes
+
+
+def _recv_word(sock: socket.socket) -> str:
+    """A length-prefixed failure message, its length checked before it is read."""
+    (m,) = _LEN.unpack(_recv_exact(sock, 4))
+    if m > MAX_WORD:
+        raise StageError(f"a peer announced a {m}-byte message: not one of staging's")
+    return _recv_exact(sock, m).decode("utf-8", "replace")
+
+
 # --- the tree's connections ---------------------------------------------------------------------
 
 
@@ -92,34 +105,81 @@ def listen(host: str, port: int, addr: Optional[str] = None) -> socket.socket:
     return srv
 
 
+HELLO_S = 5.0  # a connection proves the job's token within this, or is dropped: a stranger never holds a node
+MAX_PENDING = 128  # connections still saying hello; past it the oldest is dropped
+
+
 def accept_children(
-    srv: socket.socket, want: Dict[int, str], token: bytes, deadline: float
+    srv: socket.socket, want: Dict[int, str], token: bytes, deadline: float, hello_s: float = HELLO_S
 ) -> Dict[int, socket.socket]:
-    """The children's connections, each proven by its hello (HMAC under the job's token)."""
+    """The children's connections, each proven by its hello (HMAC under the job's token). Hellos
+    are read side by side, each within `hello_s`: a silent or dripping stranger (no token) is
+    dropped at its own deadline without delaying a real child that connects after it."""
+    import selectors
+
+    size = len(MAGIC) + 4 + 32
     got: Dict[int, socket.socket] = {}
-    while len(got) < len(want):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            missing = ", ".join(h for i, h in want.items() if i not in got)
-            raise StageError(f"{missing} did not connect for staging (not started, or port blocked)")
-        srv.settimeout(left)
-        try:
-            conn, _ = srv.accept()
-        except socket.timeout:
-            continue
-        conn.settimeout(max(1.0, left))
-        try:
-            hello = _recv_exact(conn, len(MAGIC) + 4 + 32)
-        except (OSError, EOFError):
-            conn.close()
-            continue
-        (idx,) = struct.unpack("!I", hello[len(MAGIC) : len(MAGIC) + 4])
-        ok = hello.startswith(MAGIC) and idx in want and idx not in got
-        if not ok or not hmac.compare_digest(hello[-32:], _mac(token, b"child", str(idx).encode())):
-            conn.close()  # another job's node, or a stranger: not ours to feed
-            continue
-        conn.settimeout(None)
-        got[idx] = conn
+    pending: Dict[socket.socket, Tuple[float, bytearray]] = {}
+    sel = selectors.DefaultSelector()
+    srv.setblocking(False)
+    sel.register(srv, selectors.EVENT_READ)
+
+    def drop(conn: socket.socket) -> None:
+        sel.unregister(conn)
+        pending.pop(conn, None)
+        conn.close()
+
+    try:
+        while len(got) < len(want):
+            now = time.monotonic()
+            if now >= deadline:
+                missing = ", ".join(h for i, h in want.items() if i not in got)
+                raise StageError(f"{missing} did not connect for staging (not started, or port blocked)")
+            for conn, (until, _) in list(pending.items()):
+                if now >= until:
+                    drop(conn)  # no proof in time: another job's node, or a stranger
+            wake = min([deadline, *(until for until, _ in pending.values())])
+            for key, _ in sel.select(max(0.0, wake - now)):
+                if key.fileobj is srv:
+                    try:
+                        conn, _ = srv.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    if len(pending) >= MAX_PENDING:
+                        drop(min(pending, key=lambda c: pending[c][0]))
+                    pending[conn] = (time.monotonic() + hello_s, bytearray())
+                    sel.register(conn, selectors.EVENT_READ)
+                    continue
+                conn = key.fileobj  # type: ignore[assignment]
+                buf = pending[conn][1]
+                try:
+                    data = conn.recv(size - len(buf))
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    drop(conn)
+                    continue
+                buf += data
+                if len(buf) < size:
+                    continue
+                sel.unregister(conn)
+                del pending[conn]
+                hello = bytes(buf)
+                (idx,) = struct.unpack("!I", hello[len(MAGIC) : len(MAGIC) + 4])
+                ok = hello.startswith(MAGIC) and idx in want and idx not in got
+                if not ok or not hmac.compare_digest(hello[-32:], _mac(token, b"child", str(idx).encode())):
+                    conn.close()  # another job's node, or a stranger: not ours to feed
+                    continue
+                conn.setblocking(True)
+                conn.settimeout(None)
+                got[idx] = conn
+    finally:
+        for conn in list(pending):
+            drop(conn)
+        sel.close()
     return got
 
 
@@ -144,9 +204,8 @@ def _failure_word(sock: socket.socket) -> Optional[str]:
         sock.settimeout(1.0)
         if _recv_exact(sock, 1) != _ACK_FAIL:
             return None
-        (m,) = _LEN.unpack(_recv_exact(sock, 4))
-        return _recv_exact(sock, m).decode("utf-8", "replace")
-    except (OSError, EOFError, struct.error):
+        return _recv_word(sock)
+    except (OSError, EOFError, struct.error, StageError):
         return None
 
 
@@ -223,8 +282,9 @@ class Source:
                 self.trailer = _recv_exact(self.sock, _TRAILER.size)
                 return None
             if n == _ABORT:
-                (m,) = _LEN.unpack(_recv_exact(self.sock, 4))
-                raise StageError(_recv_exact(self.sock, m).decode("utf-8", "replace"))
+                raise StageError(_recv_word(self.sock))
+            if n > CHUNK:  # checked before a byte of it is read: a node never holds what a stranger announces
+                raise StageError(f"{self.parent_host} announced a frame of {n} bytes: staging sends at most {CHUNK}")
             return _recv_exact(self.sock, n)
         except socket.timeout:
             raise StageError(f"{self.parent_host} sent nothing for {self.idle_s:.0f} s") from None
@@ -275,7 +335,7 @@ def _install(tmp: str, dest: str) -> None:
     """DEST.partial-PID becomes DEST; a copy left by an earlier job is replaced."""
     old = None
     if os.path.lexists(dest):
-        old = f"{dest}.old-{os.getpid()}"
+        old = f"{dest}.old-{os.getpid()}-{os.urandom(4).hex()}"
         os.rename(dest, old)
     os.rename(tmp, dest)
     if old:
@@ -290,8 +350,7 @@ def _await_commit(up: socket.socket, parent_host: str, idle_s: float) -> None:
         if word == _COMMIT:
             return
         if word + _recv_exact(up, 3) == _LEN.pack(_ABORT):
-            (m,) = _LEN.unpack(_recv_exact(up, 4))
-            raise StageError(_recv_exact(up, m).decode("utf-8", "replace"))
+            raise StageError(_recv_word(up))
     except socket.timeout:
         raise StageError(f"{parent_host} did not confirm the whole tree within {idle_s:.0f} s") from None
     except (EOFError, OSError):
@@ -307,8 +366,7 @@ def _ack_children(kids: Dict[int, socket.socket], hosts: List[str], idle_s: floa
             word = _recv_exact(sock, 1)
             if word == _ACK_OK:
                 continue
-            (m,) = _LEN.unpack(_recv_exact(sock, 4))
-            raise StageError(_recv_exact(sock, m).decode("utf-8", "replace"))
+            raise StageError(_recv_word(sock))
         except socket.timeout:
             raise StageError(f"{hosts[idx]} did not confirm its copy within {idle_s:.0f} s") from None
         except (EOFError, OSError):
@@ -342,7 +400,7 @@ def stage(
     srv: Optional[socket.socket] = None
     fanout = Fanout({}, hosts)
     dest = os.path.abspath(dest)
-    tmp = f"{dest}.partial-{os.getpid()}"
+    tmp: Optional[str] = None
     try:
         try:
             own = interface_address(net_if) if net_if else None
@@ -364,9 +422,8 @@ def stage(
                 if not os.path.isdir(src):
                     raise StageError(f"{src} is not a directory")
                 source.from_tar(src)
-            os.makedirs(os.path.dirname(dest) or "/", exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
+            own_destination(dest)  # made by the job itself, or checked: no other user's directory
+            tmp = tempfile.mkdtemp(prefix=os.path.basename(dest) + ".partial-", dir=os.path.dirname(dest))
             got, digest = receive(source, fanout, tmp)
             if p is None:
                 trailer = _TRAILER.pack(got, digest, _mac(token, str(got).encode(), digest))
@@ -395,7 +452,8 @@ def stage(
             raise StageError(f"on {me}: {err}") from None
     except StageError as err:
         fanout.abort(str(err))
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
         if up is not None:
             raw = str(err).encode("utf-8", "replace")[:4000]
             try:
@@ -445,8 +503,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not 0 <= index < len(hosts):
             raise StageError(f"node index {index} is not in the hostfile's {len(hosts)} hosts")
         host = hosts[index]
-        with open(a.token_file, "rb") as fh:
-            token = fh.read().strip()
+        token = read_regular(a.token_file, limit=4096).strip()  # a FIFO there is refused, never waited on
         if len(token) < 16:
             raise StageError(f"{a.token_file} holds no token")
         dest = resolve(a.dest, host)

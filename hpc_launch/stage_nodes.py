@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import struct
 import time
 from typing import Dict, List, Optional
@@ -87,6 +88,52 @@ def my_index(hosts: List[str], var: Optional[str] = None) -> int:
 def resolve(dest: str, host: str) -> str:
     """DEST as this node names it: $VAR from its environment, {host} its hostfile entry."""
     return os.path.abspath(os.path.expandvars(dest).replace("{host}", host))
+
+
+def own_destination(dest: str) -> None:
+    """Make sure no other user can have prepared DEST or change it once staged (a shared /tmp-style
+    path another user created first would run their code in the job): every directory above it,
+    as named and as its links resolve, belongs to this user or root and is not writable by others
+    unless sticky; the missing ones are made here, 0700; DEST itself, if an earlier copy is there,
+    is this user's. StageError naming the path otherwise."""
+    parent = os.path.dirname(dest) or "/"
+    existing = parent
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    _trusted_chain(existing)
+    _trusted_chain(os.path.realpath(existing))  # where its links lead
+    if existing != parent:
+        made = existing
+        for part in os.path.relpath(parent, existing).split(os.sep):
+            made = os.path.join(made, part)
+            try:
+                os.mkdir(made, 0o700)
+            except FileExistsError:
+                pass  # made in the meantime: trusted only if it is ours, below
+            _trusted(made, os.lstat(made), own=True)
+    if os.path.lexists(dest):
+        _trusted(dest, os.lstat(dest), own=True)
+
+
+def _trusted_chain(path: str) -> None:
+    here = "/"
+    for part in [p for p in path.split("/") if p]:
+        here = os.path.join(here, part)
+        _trusted(here, os.lstat(here))
+
+
+def _trusted(path: str, st: os.stat_result, own: bool = False) -> None:
+    uid = os.geteuid()
+    if st.st_uid != uid and (own or st.st_uid != 0):
+        raise StageError(
+            f"{path} belongs to uid {st.st_uid}, not this job's user: another user could put code of theirs "
+            "into the staged copy (give a destination under a directory of your own)"
+        )
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise StageError(
+            f"{path} is writable by other users and not sticky: they could replace the staged copy "
+            "(give a destination under a directory of your own, or under a sticky one such as /tmp)"
+        )
 
 
 def read_addrs(path: str) -> Dict[str, str]:

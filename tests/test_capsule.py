@@ -217,3 +217,44 @@ def test_a_capsule_that_is_gone_is_one_line_that_says_where_it_was(tmp_path):
     rec.extra = {}
     with pytest.raises(SpecError, match="has no capsule"):
         capsule.load(rec, LocalTransport())
+
+
+def test_a_private_file_beside_the_script_stays_private_in_the_capsule_and_is_named(tmp_path, monkeypatch):
+    """A 0600 config beside --script (a token) must not become readable by others in the capsule,
+    and the user is told, in one line, which files only they can read went along."""
+    from hpc_launch.jobs import submit
+    from hpc_launch.prepare import prepare
+    from hpc_launch.spec import JobSpec
+
+    _tree(tmp_path / "code", {"train.py": "import helper\n", "helper.py": "", "token.json": '{"t": "s3cr3t"}\n'})
+    (tmp_path / "code" / "token.json").chmod(0o600)
+    (tmp_path / "code" / "helper.py").chmod(0o640)
+    _git(tmp_path / "code", "init", "-q")
+    _git(tmp_path / "code", "add", ".")
+    _git(tmp_path / "code", "commit", "-qm", "v1")
+    (tmp_path / "code" / "token.json").write_text('{"t": "n3w-s3cr3t"}\n')  # the diff holds it now
+    qsub = tmp_path / "bin" / "qsub"
+    qsub.parent.mkdir()
+    qsub.write_text("#!/bin/sh\necho 7.server\n")
+    qsub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{qsub.parent}:{os.environ['PATH']}")
+    (tmp_path / "w").mkdir()
+    spec = JobSpec(
+        cluster="abci",
+        nodes=1,
+        group="g1",
+        script=str(tmp_path / "code" / "train.py"),
+        workdir=str(tmp_path / "w"),
+        login="local",
+    )
+    notes: list = []
+    prepared = prepare(spec, note=notes.append)
+    submit(prepared, sleep=lambda s: None)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "w").rglob("code/*")}
+    assert modes == {"train.py": 0o644, "helper.py": 0o640, "token.json": 0o600}
+    assert [n for n in notes if "token.json" in n] == [
+        f"only you can read token.json beside --script: the job's capsule keeps it 0600 "
+        f"(move it out of {tmp_path / 'code'} if the job does not need it)"
+    ]
+    diff = next((tmp_path / "w").rglob("git.diff"))
+    assert "n3w-s3cr3t" in diff.read_text() and diff.stat().st_mode & 0o777 == 0o600

@@ -268,6 +268,7 @@ def test_bad_input_is_one_line(tmp_path, src):
             "is not a directory",
         ),
         (["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", str(empty)], "holds no token"),
+        (["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", "/dev/zero"], "not a regular file"),
         (
             ["--src", str(src), "--dest", str(tmp_path / "d"), "--token-file", str(token), "--index", "4"],
             "not in the hostfile",
@@ -304,3 +305,119 @@ def test_an_interface_without_an_address_is_one_line(tmp_path, src):
     assert res[0].returncode == 3
     assert "network interface nosuch0 (profile key net_if) has no IPv4 address" in res[0].stderr
     assert len(res[0].stderr.strip().splitlines()) == 1
+
+
+# ---- issue 28: a destination another user prepared, strangers on the port, frames' sizes ---------
+
+
+def _one_node(tmp_path: Path, src: Path, dest: str) -> subprocess.CompletedProcess:
+    _, hostfile, token = _tree(tmp_path, 1)
+    return _run_nodes(hostfile, token, src, dest, 1)[0]
+
+
+def test_a_destination_under_a_directory_others_can_write_is_refused(tmp_path, src):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a /tmp-style directory without the sticky bit: anyone may rename what is in it
+    (shared / "stage").mkdir()
+    (shared / "stage" / "canary.py").write_text("open('RAN', 'w')\n")  # another user's "copy"
+    r = _one_node(tmp_path, src, str(shared / "stage"))
+    assert r.returncode == 3 and f"{shared} is writable by other users" in r.stderr, r.stderr
+    assert (shared / "stage" / "canary.py").exists() and not (shared / "stage" / "pkg").exists()
+    shared.chmod(0o1777)  # sticky, like /tmp: then only what the job made itself is trusted
+    r = _one_node(tmp_path, src, str(shared / "mine" / "env"))
+    assert r.returncode == 0, r.stderr
+    assert (shared / "mine").stat().st_mode & 0o777 == 0o700  # made by the job, for it alone
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's directory needs root to make")
+def test_a_destination_another_user_owns_is_refused(tmp_path, src):
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = shared / "stage"
+    theirs.mkdir()
+    os.chown(theirs, nobody, -1)  # pre-created by another user, before the job
+    r = _one_node(tmp_path, src, str(theirs / "env"))
+    assert r.returncode == 3 and f"{theirs} belongs to uid {nobody}" in r.stderr, r.stderr
+    r = _one_node(tmp_path, src, str(theirs))  # the destination itself
+    assert r.returncode == 3 and f"{theirs} belongs to uid {nobody}" in r.stderr, r.stderr
+    link = shared / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    os.lchown(link, nobody, -1)
+    r = _one_node(tmp_path, src, str(link / "env"))
+    assert r.returncode == 3 and f"{link} belongs to uid {nobody}" in r.stderr, r.stderr
+
+
+def test_strangers_on_the_port_do_not_keep_the_real_children_out(tmp_path, src):
+    """A process without the token opens a silent connection to node 0, another sends its hello a
+    byte every 2 s, before the real children connect: they are dropped after a short deadline and
+    the real children are fed."""
+    hosts, hostfile, token = _tree(tmp_path, 3)
+    port = _free_port()
+    argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
+    argv += ["--port", str(port), "--token-file", str(token), "--timeout", "20", "--idle", "20"]
+    root = subprocess.Popen(argv + ["--dest", str(tmp_path / "l0"), "--index", "0"], cwd=ROOT, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            silent = socket.create_connection(("127.0.0.1", port), timeout=1)
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    slow = socket.create_connection(("127.0.0.1", port), timeout=1)
+    stop = time.monotonic() + 25
+
+    def drip():
+        for byte in stage.MAGIC:
+            if time.monotonic() > stop:
+                return
+            try:
+                slow.send(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(2)
+
+    import threading
+
+    threading.Thread(target=drip, daemon=True).start()
+    time.sleep(0.5)
+    kids = [
+        subprocess.Popen(
+            argv + ["--dest", str(tmp_path / f"l{i}"), "--index", str(i)], cwd=ROOT, stderr=subprocess.PIPE
+        )
+        for i in (1, 2)
+    ]
+    t0 = time.monotonic()
+    _, err = root.communicate(timeout=60)
+    for kid in kids:
+        kid.communicate(timeout=60)
+    silent.close()
+    slow.close()
+    assert root.returncode == 0 and all(k.returncode == 0 for k in kids), err
+    assert time.monotonic() - t0 < 15  # not held until the 20 s connect deadline
+    for i in range(3):
+        assert _tree_of(tmp_path / f"l{i}") == _tree_of(src)
+
+
+def test_a_frame_announced_bigger_than_a_chunk_is_refused_before_it_is_read(tmp_path, src):
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    port = _free_port()
+    fake_parent = socket.create_server(("127.0.0.1", port))
+    argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
+    argv += ["--port", str(port), "--token-file", str(token), "--timeout", "10", "--idle", "10"]
+    child = subprocess.Popen(argv + ["--dest", str(tmp_path / "l1"), "--index", "1"], cwd=ROOT, stderr=subprocess.PIPE)
+    conn, _ = fake_parent.accept()
+    conn.recv(64)  # its hello
+    conn.sendall(stage._LEN.pack(0xFFFFFFF0) + b"x" * (1 << 20))  # "4 GB follow", and some
+    t0 = time.monotonic()
+    _, err = child.communicate(timeout=30)
+    conn.close()
+    fake_parent.close()
+    assert child.returncode == 3 and b"announced a frame of 4294967280 bytes" in err, err
+    assert time.monotonic() - t0 < 5
+    assert not list(tmp_path.glob("l1*"))

@@ -227,3 +227,12 @@ def test_follow_prints_the_start_line_only_when_it_changes(fake_squeue, monkeypa
     assert (
         lines[2] == "hpc-launch: 216: waiting to start: not estimated yet (Priority: waiting for higher-priority jobs)"
     )
+
+
+@pytest.mark.parametrize("start", ["2026-13-45T99:99:99", "0000-00-00T00:00:00", "9" * 30, "2026-11-26T03:00"])
+def test_a_start_time_squeue_gives_that_cannot_be_read_is_no_estimate_not_a_traceback(start):
+    got = Slurm.parse_start(f"216|{start}|Resources\n", ["216"])
+    assert got["216"].at is None and got["216"].reason == "Resources: waiting for nodes"
+    rec = JobRecord("216", "slurm", "slurm", "localhost", "t", "/w", "", "", "", 0.0, state="queued")
+    rec.extra = {START_KEY: {"at": got["216"].at, "reason": got["216"].reason}}
+    assert start_words(rec) == "not estimated yet (Resources: waiting for nodes)"

@@ -15,7 +15,7 @@ from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
 from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, WouldStart, last_matching_line
-from .slurm_options import long_option
+from .slurm_options import line_options, long_option, short_options
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
 _CODES: Dict[str, Tuple[str, JobState, str]] = {
@@ -145,10 +145,17 @@ def slurm_time(text: str) -> Optional[float]:
     `2026-11-26T03:00:39` (this machine's local time, no zone); None for `N/A` and the like."""
     text = text.strip()
     if text.isdigit():
-        return float(text)
+        # beyond the year 9999 no clock can show it (and `status` would fail formatting it)
+        return float(text) if len(text) <= 12 and int(text) <= _LAST_SECOND else None
     if re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", text):
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        try:  # the right shape is not yet a date: `2026-13-45T99:99:99` is no estimate, not a traceback
+            return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        except (ValueError, OverflowError):
+            return None
     return None
+
+
+_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z
 
 
 def exit_status(value: str) -> Optional[int]:
@@ -197,8 +204,19 @@ class Slurm(Dialect):
     def directive_key(self, text: str) -> str:
         """A long option as sbatch reads it: getopt_long takes any unambiguous prefix, so
         `--parti=big` is `--partition=big` and must meet the same checks (an ambiguous one,
-        `--nod=1`, sbatch refuses itself)."""
+        `--nod=1`, sbatch refuses itself). A short option with its value attached (`-pdebug`) or
+        after other letters (`-HN9`) is the long option getopt reads it as; `-t 5` keeps its key."""
+        head = (text.split() or [""])[0]
+        found = short_options(head) if len(head) > 2 else []
+        if found:
+            return next((key for key, value in found if value is not None), found[-1][0])
         return long_option(super().directive_key(text))
+
+    def directive_keys(self, text: str) -> List[str]:
+        """The base's keys, and every option the line's short-option words set (`-HN9999`,
+        `-Q -t 99:00:00`): each meets its option's checks (directive_limits.py)."""
+        keys = super().directive_keys(text)
+        return list(dict.fromkeys(keys + line_options(text)))
 
     # squeue: `Invalid job id specified`; scancel -v: `Job/step already completing or completed`
     unknown_job_patterns = (r"invalid job id", r"already completing or completed")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, List, Optional, cast
 
 from .. import capsule, dialects, secrets
 from ..dialects import Dialect
 from ..errors import SpecError
+from ..paths import read_user_file
 from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
@@ -132,9 +134,8 @@ def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written
     directory = f"{workdir}/{prepared.script.capsule_relpath}"
     source = None
     for i, (local_path, relpath) in enumerate(prepared.uploads):
-        try:
-            with open(local_path, encoding="utf-8") as fh:
-                text = fh.read()
+        try:  # a regular file only, bounded: a FIFO or device swapped in since the snapshot is refused
+            text = read_user_file(Path(local_path), capsule.MAX_BYTES)
         except (OSError, UnicodeDecodeError) as exc:
             if i:
                 continue  # a file beside the script that is not text: not code the job imports
@@ -143,7 +144,7 @@ def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written
                 f"({getattr(exc, 'strerror', None) or 'not a UTF-8 text file'})",
                 hint="give a Python script, or the path of one already on the cluster",
             ) from None
-        queue(ahead, f"{workdir}/{relpath}", text.encode(), 0o644, written)
+        queue(ahead, f"{workdir}/{relpath}", text.encode(), capsule.copy_mode(local_path), written)
     if prepared.remote_code:
         source, relpath = prepared.remote_code
         source = ahead.resolve_path(source if source.startswith(("/", "~")) else f"{workdir}/{source}")
@@ -160,7 +161,8 @@ def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     queue(ahead, f"{directory}/{CAPSULE_MANIFEST}", text.encode(), 0o644, written)
     if diff:
-        queue(ahead, f"{directory}/{CAPSULE_GIT_DIFF}", diff.encode(), 0o644, written)
+        # the user's alone: it may hold any tracked file's changes, a private one's too
+        queue(ahead, f"{directory}/{CAPSULE_GIT_DIFF}", diff.encode(), 0o600, written)
     queue(ahead, f"{directory}/{CAPSULE_PROBE}", capsule.probe_source().encode(), 0o644, written)
     return directory
 

@@ -346,6 +346,15 @@ class SSHTransport:
         path = self.resolve_path(path)
 
         def op(sftp):
+            import errno
+            import stat
+
+            from ..paths import NotAUserFile
+
+            # the server's open() of a FIFO would wait for a writer, holding the session: only a regular file
+            mode = sftp.stat(path).st_mode
+            if mode is not None and not stat.S_ISREG(mode):
+                raise NotAUserFile(errno.EINVAL, "is not a regular file but a directory, device, FIFO or socket", path)
             with sftp.open(path, "rb") as fh:
                 fh.seek(offset)
                 return fh.read(limit)

@@ -38,3 +38,26 @@ def test_the_dialects_table_is_sbatchs_own(testbed):
             assert not ours, letter
         else:  # one option starts with the letter: sbatch took it (and found no value for it)
             assert len(ours) == 1, (letter, err)
+
+
+def test_the_short_option_table_is_sbatchs_own(testbed):
+    """Each letter as the real sbatch takes it: with a value, without, or not at all."""
+    from hpc_launch.dialects.slurm_options import SBATCH_SHORT_FLAGS, SBATCH_SHORT_WITH_VALUE
+
+    for letter in string.ascii_letters:
+        err = subprocess.run(
+            ["sbatch", f"-{letter}"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+        )
+        said = err.stdout + err.stderr
+        if "requires an argument" in said:
+            assert letter in SBATCH_SHORT_WITH_VALUE, (letter, said)
+        elif "invalid option" in said:
+            assert letter not in SBATCH_SHORT_WITH_VALUE and letter not in SBATCH_SHORT_FLAGS, (letter, said)
+        else:  # taken without a value: a flag, or -k whose value is optional
+            assert letter in SBATCH_SHORT_FLAGS or letter == "k", (letter, said)
+
+
+def test_sbatch_reads_attached_and_bundled_short_options_as_the_dialect_does(testbed):
+    assert "invalid partition" in _sbatch("-pnosuch").stderr.lower()  # -p with its value attached
+    assert "More processors requested than permitted" in _sbatch("-HN9999").stderr  # -H, then -N 9999
+    assert "Invalid --no-kill specification" in _sbatch("-kN5").stderr  # -k's optional value is N5
