@@ -11,12 +11,18 @@ from hpc_launch.report import tables
 from hpc_launch.report.rows import row_for
 from train.peak_flops import peak_for, peak_tflops
 
-LM_LOG = """\
-training gpt-125m on synthetic-tokens: world=8 (torch) zero=1 offload=none precision=bf16 micro=16 accum=1 global=128 steps=100 steps/epoch=32 threads/rank=1
-[hpc-train] step=50 epoch=1 loss=4.1000 lr=0.0006 samples_per_sec=300.0 avg_samples_per_sec=290.0 mem_alloc_gb=20.0 mem_peak_gb=31.5 world_size=8 tokens_per_sec=307200.0 avg_tokens_per_sec=296960.0 mfu=0.3842
-training finished: steps=100 wall_s=44.0 ended_at=1795765518.439
-[hpc-eval] loss=3.9000 perplexity=49.4024 tokens=8192 split=val step=100 time_s=2.5
-"""
+LM_LOG = "".join(
+    line + "\n"
+    for line in (
+        "training gpt-125m on synthetic-tokens: world=8 (torch) zero=1 offload=none precision=bf16 "
+        "micro=16 accum=1 global=128 steps=100 steps/epoch=32 threads/rank=1",
+        "[hpc-train] step=50 epoch=1 loss=4.1000 lr=0.0006 samples_per_sec=300.0 "
+        "avg_samples_per_sec=290.0 mem_alloc_gb=20.0 mem_peak_gb=31.5 world_size=8 "
+        "tokens_per_sec=307200.0 avg_tokens_per_sec=296960.0 mfu=0.3842",
+        "training finished: steps=100 wall_s=44.0 ended_at=1795765518.439",
+        "[hpc-eval] loss=3.9000 perplexity=49.4024 tokens=8192 split=val step=100 time_s=2.5",
+    )
+)
 
 
 def test_new_fields_round_trip_and_mfu_unknown_reads_as_nan():
