@@ -79,7 +79,11 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize(("url", "pieces"), SHAPES)
+# ids without the ports: every xdist worker must collect the same test names
+_IDS = [f"shape{i}" for i in range(len(SHAPES))]
+
+
+@pytest.mark.parametrize(("url", "pieces"), SHAPES, ids=_IDS)
 def test_a_failed_send_masks_the_credentials_in_the_log_and_the_outbox(url, pieces, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(notify.PAUSES_ENV, "0,0")
     monkeypatch.setenv("MY_WEBHOOK", url)
@@ -94,7 +98,7 @@ def test_a_failed_send_masks_the_credentials_in_the_log_and_the_outbox(url, piec
         assert piece not in Path(notify_outbox.outbox_path_for(str(log))).read_text()
 
 
-@pytest.mark.parametrize(("url", "pieces"), SHAPES[:2] + SHAPES[-3:])
+@pytest.mark.parametrize(("url", "pieces"), SHAPES[:2] + SHAPES[-3:], ids=_IDS[:2] + _IDS[-3:])
 def test_the_relays_failure_in_the_job_store_is_masked(url, pieces, tmp_path):
     store = JobStore(tmp_path / "jobs.sqlite")
     rec, outbox, transport = _a_job(tmp_path, store, state="running")
