@@ -7,12 +7,14 @@ is named with its host by the watchdog, fed by torch's own optimizer hook."""
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from e2e_support import make_cli
+from hpc_launch.records import JobStore
 
 pytestmark = pytest.mark.scheduler
 
@@ -142,3 +144,39 @@ def test_deepspeed_init_distributed_needs_no_mpi4py_under_mpirun_and_compiles_no
     assert sorted(found) == [("0", "pod1"), ("1", "pod2")], text[-4000:]
     assert len(re.findall(r"^ds-script rank \d done 20 steps$", text, re.M)) == 2
     assert "shm_comm" not in text and "Building extension" not in text, text[-4000:]  # nothing compiled
+
+
+@pytest.mark.faults
+def test_a_stopped_rank_of_a_users_deepspeed_loop_is_named_by_the_watchdog(hpc_launch_bin, testbed, shared_workdir):
+    """No line of hpc-launch's in the script: its steps reach the watchdog through torch's optimizer hook."""
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    script = shared_workdir / "ds_loop.py"
+    script.write_text(DEEPSPEED_SCRIPT)
+    # factor 2: the bound stays near the 10 s floor even when a loaded machine makes steps slow
+    job = _submit(cli, "tb-slurm", "dshang", script, "1000000", "--env", "HPC_LAUNCH_HANG_S=10",
+                  "--env", "HPC_LAUNCH_HANG_FACTOR=2")  # fmt: skip
+    log = shared_workdir / f"dshang.o{job}"
+    _wait_for(log, r"^ds-script step 20 ", 240)
+    pid = int(_wait_for(log, r"^ds-script rank 1 of 2 on pod2 pid (\d+)", 5).group(1))
+    stopped = time.monotonic()
+    try:
+        subprocess.run(["kill", "-STOP", str(pid)], check=True)
+        state = _ended(cli, job, log, timeout=240)
+        took = time.monotonic() - stopped
+    finally:
+        subprocess.run(["kill", "-CONT", str(pid)], capture_output=True)
+        subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    text = log.read_text(errors="replace")
+    assert state == "failed", text[-4000:]
+    hang = re.search(
+        r"^\[hpc-launch\] hang: rank 1 on pod2 stopped: no heartbeat for \d+ s.*\(bound (\d+) s\)", text, re.M
+    )
+    assert hang, text[-4000:]
+    assert took < int(hang.group(1)) + 40, took  # the bound, the watchdog's look, and Slurm ending the step
+    assert re.search(r"^\[hpc-launch\] stacks of rank 0 on pod1", text, re.M), text[-4000:]
+    assert re.search(r'File ".*ds_loop.py", line \d+ in <module>', text), text[-4000:]  # the user's own frame
+    rec = JobStore().get(job, "tb-slurm")
+    assert rec.exit_code == 124, (rec.exit_code, rec.comment)
+    doctor = cli("doctor", job, "--cluster", "tb-slurm")
+    assert "rank hung" in doctor.stdout or "hung:" in doctor.stdout, doctor.stdout
+    assert "pod2" in doctor.stdout
