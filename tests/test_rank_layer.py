@@ -290,3 +290,40 @@ def test_a_script_job_starts_its_ranks_through_the_layer(cluster, line, tmp_path
     assert line in text
     entry = render(resolve(JobSpec(cluster=cluster, nodes=2, workdir="/w", group="g"), profile, cwd="/w"), stamp="1")
     assert "HPC_LAUNCH_LAYER" not in entry.text  # the shipped entrypoint finds its place itself
+
+
+# ---- the in-job API -------------------------------------------------------------------------------
+
+
+def test_stop_requested_by_the_stop_file_and_by_sigusr1(tmp_path, monkeypatch):
+    import signal
+
+    from hpc_launch.joblayer import api
+
+    stop_file = tmp_path / "stop.1"
+    monkeypatch.setenv("HPC_LAUNCH_STOP", str(stop_file))
+    monkeypatch.delenv("HPC_LAUNCH_DEADLINE", raising=False)
+    monkeypatch.setattr(api, "_REQUEST", None)
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        assert not api.stop_requested()
+        stop_file.touch()
+        assert api.stop_requested()
+        stop_file.unlink()
+        os.kill(os.getpid(), signal.SIGUSR1)  # handled: asks to stop, does not end the process
+        assert api.stop_requested()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
+def test_resume_from_the_chains_checkpoint_dir(tmp_path, monkeypatch):
+    from hpc_launch.joblayer import checkpoint_dir, resume_from
+
+    monkeypatch.delenv("HPC_LAUNCH_CHECKPOINT_DIR", raising=False)
+    assert checkpoint_dir() is None and resume_from() is None
+    monkeypatch.setenv("HPC_LAUNCH_CHECKPOINT_DIR", str(tmp_path))
+    assert checkpoint_dir() == str(tmp_path) and resume_from() is None  # a first start
+    (tmp_path / "step100.pt").write_text("")
+    assert resume_from() == str(tmp_path / "step100.pt")
+    (tmp_path / "latest").write_text("global_step100")
+    assert resume_from() == str(tmp_path)  # DeepSpeed's: load_checkpoint(dir) reads `latest`
