@@ -327,3 +327,55 @@ def test_resume_from_the_chains_checkpoint_dir(tmp_path, monkeypatch):
     assert resume_from() == str(tmp_path / "step100.pt")
     (tmp_path / "latest").write_text("global_step100")
     assert resume_from() == str(tmp_path)  # DeepSpeed's: load_checkpoint(dir) reads `latest`
+
+
+# ---- stop before the walltime and on SIGTERM ------------------------------------------------------
+
+LISTENER = """\
+import os, signal, sys, time
+from hpc_launch.joblayer import stop_requested
+got = []
+if sys.argv[1] == "own-usr1":
+    signal.signal(signal.SIGUSR1, lambda s, f: got.append("usr1"))  # as Lightning's requeue handler does
+if sys.argv[1] == "listens":
+    stop_requested()  # a script listens from its first question on
+print("ready", flush=True)
+end = time.time() + 20
+while time.time() < end and not got and not (sys.argv[1] == "listens" and stop_requested()):
+    time.sleep(0.02)
+print("stopped", got, flush=True)
+"""
+
+
+def _in_job(tmp_path, mode, **env):
+    (tmp_path / "listener.py").write_text(LISTENER)
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HPC_LAUNCH"))}
+    full.update(PYTHONPATH=str(REPO), HPC_LAUNCH_STOP=str(tmp_path / "stop.1"), **env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpc_launch.joblayer", str(tmp_path / "listener.py"), mode],
+        env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_the_deadline_sends_sigusr1_to_the_scripts_own_handler(tmp_path):
+    import time
+
+    p = _in_job(tmp_path, "own-usr1", HPC_LAUNCH_DEADLINE=str(time.time() + 1))
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0 and "stopped ['usr1']" in out, (out, err)
+
+
+def test_sigterm_asks_a_listening_script_to_stop_and_ends_one_that_never_asks(tmp_path):
+    import signal
+
+    listening = _in_job(tmp_path, "listens")
+    deaf = _in_job(tmp_path, "deaf")
+    for p in (listening, deaf):
+        assert p.stdout.readline() == "ready\n"
+        p.send_signal(signal.SIGTERM)
+    out, err = listening.communicate(timeout=30)
+    assert listening.returncode == 0 and "stopped []" in out, (out, err)
+    assert "SIGTERM from the scheduler: stop_requested() is now true" in err
+    assert (tmp_path / "stop.1").exists()  # for the ranks the signal did not reach
+    deaf.communicate(timeout=30)
+    assert deaf.returncode == -signal.SIGTERM  # as without the layer, at once

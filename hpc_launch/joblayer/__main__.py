@@ -13,7 +13,7 @@ from typing import List, Tuple
 
 from hpc_launch.protocol import EXIT_PREFLIGHT
 
-from . import api, deepspeed_cpu, steps
+from . import api, deepspeed_cpu, preempt, steps
 from .after_import import after_import
 from .ranks import RankError, RankInfo, default_threads, discover, torch_env
 
@@ -46,8 +46,10 @@ def set_up(info: RankInfo) -> None:
         after_import("torch.optim.optimizer", steps.install_optimizer_hook)
     after_import("deepspeed.comm.torch", deepspeed_cpu.skip_shm_comm_op)
     after_import("deepspeed.ops.op_builder.builder", deepspeed_cpu.announce_jit_builds)
-    if os.environ.get("HPC_LAUNCH_STOP"):
-        api.stop_request()  # SIGUSR1 asks to stop (stop_requested()) instead of ending the rank
+    if os.environ.get("HPC_LAUNCH_STOP"):  # in a job: SIGUSR1, the deadline and SIGTERM ask to stop
+        request = api.stop_request()
+        preempt.signal_at_deadline(request.deadline)
+        preempt.on_sigterm(request, info.rank, api.listening)
 
 
 def main(argv: List[str]) -> None:

@@ -20,6 +20,7 @@ from . import steps
 from .stop import StopRequest
 
 _REQUEST: Optional[StopRequest] = None
+_ASKED = [False]  # the script asked stop_requested() at least once: it listens for a stop
 
 
 def heartbeat(step: Optional[int] = None) -> None:
@@ -35,7 +36,13 @@ def stop_request() -> StopRequest:
 
 
 def stop_requested() -> bool:
+    _ASKED[0] = True
     return stop_request().local()
+
+
+def listening() -> bool:
+    """Whether the script ever asked stop_requested() (then SIGTERM gives it the time to save)."""
+    return _ASKED[0]
 
 
 def checkpoint_dir() -> Optional[str]:

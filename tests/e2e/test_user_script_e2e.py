@@ -180,3 +180,41 @@ def test_a_stopped_rank_of_a_users_deepspeed_loop_is_named_by_the_watchdog(hpc_l
     doctor = cli("doctor", job, "--cluster", "tb-slurm")
     assert "rank hung" in doctor.stdout or "hung:" in doctor.stdout, doctor.stdout
     assert "pod2" in doctor.stdout
+
+
+# A user's loop that asks to stop (the in-job API, standard library only) and saves its step.
+STOPPING_SCRIPT = """\
+import os, sys, time
+from hpc_launch.joblayer import stop_requested
+
+rank, out = int(os.environ["RANK"]), sys.argv[1]
+print(f"stop-script rank {rank} of {os.environ['WORLD_SIZE']} pid {os.getpid()}", flush=True)
+step = 0
+while not stop_requested():
+    step += 1
+    time.sleep(0.05)
+with open(os.path.join(out, f"ckpt-rank{rank}.txt"), "w") as fh:
+    fh.write(f"{step}\\n")
+print(f"stop-script rank {rank} saved step {step}", flush=True)
+"""
+
+
+def test_a_cancelled_users_script_saves_its_checkpoint_within_the_grace_and_ends_cancelled(
+    hpc_launch_bin, testbed, shared_workdir
+):
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    script = shared_workdir / "stopping.py"
+    script.write_text(STOPPING_SCRIPT)
+    job = _submit(cli, "tb-slurm", "stopper", script, str(shared_workdir))
+    log = shared_workdir / f"stopper.o{job}"
+    _wait_for(log, r"^stop-script rank 1 of 2 pid", 120)
+    _wait_for(log, r"^stop-script rank 0 of 2 pid", 5)
+    time.sleep(1)
+    cli("cancel", job, check=True)  # scancel: SIGTERM, then SIGKILL after KillWait (5 s on the testbed)
+    assert _ended(cli, job, log, timeout=60) == "cancelled"
+    text = log.read_text(errors="replace")
+    for rank in (0, 1):
+        saved = re.search(rf"^stop-script rank {rank} saved step (\d+)$", text, re.M)
+        assert saved, text[-4000:]
+        assert (shared_workdir / f"ckpt-rank{rank}.txt").read_text().strip() == saved.group(1)
+    assert "SIGTERM from the scheduler: stop_requested() is now true" in text
