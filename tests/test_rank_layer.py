@@ -261,6 +261,9 @@ def test_a_run_that_never_steps_says_once_that_the_watchdog_had_nothing_to_watch
     state.info = RankInfo(0, 2, 0, 1, "slurm")
     monkeypatch.setattr(steps, "_STEPS", state)
     steps._at_exit()
+    assert capsys.readouterr().err == ""  # it raised before any step: no word about steps
+    steps.ran_through()
+    steps._at_exit()
     assert capsys.readouterr().err.count("it had no steps to watch") == 1
 
 

@@ -73,12 +73,20 @@ def main(argv: List[str]) -> None:
             file=sys.stderr,
             flush=True,
         )
+    try:
+        run(target, is_module, args)
+    except SystemExit:
+        steps.ran_through()
+        raise
+    steps.ran_through()
+
+
+def run(target: str, is_module: bool, args: List[str]) -> None:
+    sys.argv = [target, *args]
     if is_module:
-        sys.argv = [target, *args]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
         return
     path = os.path.abspath(target)
-    sys.argv = [target, *args]
     sys.path[0] = os.path.dirname(path)  # as `python SCRIPT` has it (ours was the work dir)
     runpy.run_path(path, run_name="__main__")
 

@@ -29,6 +29,7 @@ class _Steps:
         self.count = 0
         self.watchdog: Any = None  # a Watchdog once started
         self.tried = False  # the watchdog was started (or could not be) at the first step
+        self.ran_through = False  # the script ended without an exception: its steps were all there were
 
 
 _STEPS = _Steps()
@@ -98,10 +99,15 @@ def steps_seen() -> int:
     return _STEPS.count
 
 
+def ran_through() -> None:
+    """The script returned (or exited on its own): a run with no step had none to watch."""
+    _STEPS.ran_through = True
+
+
 def _at_exit() -> None:
     if _STEPS.watchdog is not None:
         _STEPS.watchdog.stop()
-    elif _STEPS.count == 0 and _STEPS.info is not None and _STEPS.info.rank == 0:
+    elif _STEPS.count == 0 and _STEPS.ran_through and _STEPS.info is not None and _STEPS.info.rank == 0:
         _say(
             "watchdog: no optimizer step and no heartbeat() in this run: it had no steps to watch "
             "(a loop that steps no torch optimizer can call hpc_launch.joblayer.heartbeat(step))"

@@ -48,13 +48,13 @@ dist.destroy_process_group()
 """
 
 # A DeepSpeed loop as DeepSpeed's own examples write it (init_distributed(), initialize(), the
-# engine's backward/step), CPU; STEPS from argv; it prints its pid once it is training.
+# engine's backward/step), CPU; its steps from argv; it prints its pid once it is training.
 DEEPSPEED_SCRIPT = """\
 import importlib.util, os, socket, sys
 import deepspeed
 import torch
 
-steps = int(sys.argv[1])
+steps = int(sys.argv[-1])  # DeepSpeed's launchers put --local_rank=N first
 deepspeed.init_distributed()  # auto_mpi_discovery stays on: it must find its variables, not mpi4py
 rank = torch.distributed.get_rank()
 sys.stdout.write(
