@@ -106,7 +106,11 @@ def _ended(cli, job: str, log: Path, timeout: float = 300) -> str:
 
 @pytest.mark.parametrize(
     "cluster, route",
-    [("tb-slurm", "srun: SLURM_PROCID/SLURM_NTASKS"), ("tb-pbs-mpi", "PBS + mpirun: OMPI_COMM_WORLD_*")],
+    [
+        ("tb-slurm", "srun: SLURM_PROCID/SLURM_NTASKS"),
+        ("tb-pbs-mpi", "PBS + mpirun: OMPI_COMM_WORLD_*"),
+        ("tb-pbs", "PBS + deepspeed over pdsh: DeepSpeed's launcher on each pod"),
+    ],
 )
 def test_an_unmodified_env_script_trains_across_two_pods(cluster, route, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
@@ -118,7 +122,9 @@ def test_an_unmodified_env_script_trains_across_two_pods(cluster, route, hpc_lau
     text = log.read_text(errors="replace")
     assert state == "done", text[-4000:]
     ranks = re.findall(
-        r"^user-script rank (\d) of 2 on (pod\d) local 0 node (\d) argv \['--my-flag', '3'\] name __main__ "
+        # pdsh prefixes each line with its pod; DeepSpeed's launchers pass --local_rank first (as without the layer)
+        r"^(?:pod\d: )?user-script rank (\d) of 2 on (pod\d) local 0 node (\d) "
+        r"argv \[(?:'--local_rank=0', )?'--my-flag', '3'\] name __main__ "
         r"weights (-?[\d.]+)$",
         text,
         re.M,
@@ -126,7 +132,7 @@ def test_an_unmodified_env_script_trains_across_two_pods(cluster, route, hpc_lau
     assert sorted(r[0] for r in ranks) == ["0", "1"], text[-4000:]
     assert {r[1] for r in ranks} == {"pod1", "pod2"} and {r[2] for r in ranks} == {"0", "1"}, ranks
     assert len({r[3] for r in ranks}) == 1, ranks  # one model: its gradients were all-reduced across the pods
-    assert "[hpc-launch] job layer: 2 rank(s)" in text, text[-4000:]
+    assert re.search(r"^(?:pod1: )?\[hpc-launch\] job layer: 2 rank\(s\)", text, re.M), text[-4000:]
 
 
 def test_deepspeed_init_distributed_needs_no_mpi4py_under_mpirun_and_compiles_nothing(
