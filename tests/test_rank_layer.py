@@ -5,6 +5,7 @@ hooks, DeepSpeed's CPU start, and the launch line that reaches it. No torch here
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -293,6 +294,32 @@ def test_a_script_job_starts_its_ranks_through_the_layer(cluster, line, tmp_path
     assert line in text
     entry = render(resolve(JobSpec(cluster=cluster, nodes=2, workdir="/w", group="g"), profile, cwd="/w"), stamp="1")
     assert "HPC_LAUNCH_LAYER" not in entry.text  # the shipped entrypoint finds its place itself
+    path = tmp_path / "job.sh"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    assert shutil.which("shellcheck"), "shellcheck is required (apt-get install shellcheck)"
+    out = subprocess.run(["shellcheck", "-S", "style", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_a_job_python_without_hpc_launch_runs_the_script_bare_with_one_note(tmp_path):
+    """The layer's line as the job script runs it, with a Python that cannot import hpc_launch."""
+    script = tmp_path / "mine.py"
+    script.write_text("import sys; print('ran', sys.argv[1:])\n")
+    spec = JobSpec(cluster="slurm", nodes=1, script=str(script), workdir="/w", group="g", train_args=["a b"])
+    text = render(resolve(spec, profiles.load("slurm"), cwd="/w"), stamp="1").text
+    layer = text[text.index("if (cd / && ") : text.index("\nfi\n", text.index("if (cd / && ")) + 4]
+    launch = next(line for line in text.splitlines() if "HPC_LAUNCH_LAYER[@]" in line)  # srun's line after `\`
+    assert launch.strip().startswith("python3 -u ")  # the profile's python
+    for python, expect_out, expect_err in (
+        (sys.executable, "ran ['a b']", ""),
+        ("/usr/bin/env PYTHONNOUSERSITE=1 python3 -I", "ran ['a b']", "the script runs without the job layer"),
+    ):
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        shell = f'set -u\npython3() {{ {python} "$@"; }}\n{layer}\n{launch}\n'
+        r = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0 and expect_out in r.stdout, (r.stdout, r.stderr)
+        assert expect_err in r.stderr
 
 
 # ---- the in-job API -------------------------------------------------------------------------------
