@@ -409,3 +409,27 @@ def test_sigterm_asks_a_listening_script_to_stop_and_ends_one_that_never_asks(tm
     assert (tmp_path / "stop.1").exists()  # for the ranks the signal did not reach
     deaf.communicate(timeout=30)
     assert deaf.returncode == -signal.SIGTERM  # as without the layer, at once
+
+
+def test_a_process_forked_from_a_listening_rank_still_ends_on_sigterm(tmp_path):
+    """A DataLoader worker inherits the rank's handler; the scheduler's or the loader's SIGTERM ends it."""
+    import signal
+    import time
+
+    (tmp_path / "forks.py").write_text(
+        "import os, signal, time\n"
+        "from hpc_launch.joblayer import stop_requested\n"
+        "stop_requested()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(30); os._exit(0)\n"
+        "time.sleep(0.5); os.kill(child, signal.SIGTERM)\n"
+        "print('child', os.waitpid(child, 0)[1] & 0x7F, flush=True)\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HPC_LAUNCH"))}
+    full.update(PYTHONPATH=str(REPO), HPC_LAUNCH_STOP=str(tmp_path / "stop.1"))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "hpc_launch.joblayer", str(tmp_path / "forks.py")], env=full,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.stdout == f"child {int(signal.SIGTERM)}\n", (r.stdout, r.stderr)
+    assert time.monotonic() - t0 < 20

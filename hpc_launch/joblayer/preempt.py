@@ -36,8 +36,11 @@ def _touch(path: Optional[str]) -> None:
 def on_sigterm(request: StopRequest, rank: int, listening: Any) -> None:
     """SIGTERM becomes the stop request where the script listens for one (`listening()`)."""
 
+    rank_pid = os.getpid()
+
     def handler(signum: int, frame: Any) -> None:
-        if not listening():
+        # a process forked from the rank (a DataLoader worker) inherits the handler: it ends as before
+        if os.getpid() != rank_pid or not listening():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
