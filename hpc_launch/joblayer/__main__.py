@@ -75,8 +75,9 @@ def main(argv: List[str]) -> None:
         )
     try:
         run(target, is_module, args)
-    except SystemExit:
-        steps.ran_through()
+    except SystemExit as end:
+        if end.code in (None, 0):
+            steps.ran_through()
         raise
     steps.ran_through()
 

@@ -95,12 +95,8 @@ def paused():
     return watchdog.busy(_STEPS.watchdog)
 
 
-def steps_seen() -> int:
-    return _STEPS.count
-
-
 def ran_through() -> None:
-    """The script returned (or exited on its own): a run with no step had none to watch."""
+    """The script returned (or exited 0): a run with no step had none to watch."""
     _STEPS.ran_through = True
 
 
