@@ -110,6 +110,7 @@ def _ended(cli, job: str, log: Path, timeout: float = 300) -> str:
         ("tb-slurm", "srun: SLURM_PROCID/SLURM_NTASKS"),
         ("tb-pbs-mpi", "PBS + mpirun: OMPI_COMM_WORLD_*"),
         ("tb-pbs", "PBS + deepspeed over pdsh: DeepSpeed's launcher on each pod"),
+        ("tb-slurm-torchrun", "srun + torchrun per node: torchrun --module"),
     ],
 )
 def test_an_unmodified_env_script_trains_across_two_pods(cluster, route, hpc_launch_bin, testbed, shared_workdir):
