@@ -1,8 +1,9 @@
 """The launcher registry: one entry per way of starting the ranks.
 
 Each entry says which template starts the ranks (templates/body/launch/NAME.sh.j2), which rank
-variables the ranks find (`ranks`: a convention of train/dist.py CONVENTIONS, the one home of the
-variable names), and how the job's environment reaches remote ranks. Code asks the entry, never the launcher's name.
+variables the ranks find (`ranks`: a convention of hpc_launch/joblayer/ranks.py CONVENTIONS, the one
+home of the variable names), and how the job's environment reaches remote ranks. Code asks the entry,
+never the launcher's name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import msgspec
 class Launcher(msgspec.Struct, frozen=True):
     name: str
     summary: str
-    ranks: Tuple[str, ...]  # the rank variables the ranks may find: names in train/dist.py CONVENTIONS
+    ranks: Tuple[str, ...]  # the rank variables the ranks may find: names in joblayer/ranks.py CONVENTIONS
     forwards: str  # how exported variables reach ranks on other nodes
     # The `deepspeed` CLI starts the ranks: the entry is `--module train`, not `-m train`.
     deepspeed_cli: bool = False
@@ -38,6 +39,10 @@ class Launcher(msgspec.Struct, frozen=True):
     # How the job runs one task on every node (node-local staging, templates/body/stage.sh.j2):
     # srun | mpiexec | mpirun | pdsh | here (one node); empty: it cannot, and staging is refused.
     per_node: str = ""
+    # How the launched program runs a module instead of a file (a `--script` job's ranks start
+    # through the job layer, `MODULE_FLAG hpc_launch.joblayer SCRIPT`): python's -m, or the
+    # --module of DeepSpeed's launchers and torchrun.
+    module_flag: str = "-m"
 
     @property
     def template(self) -> str:
@@ -53,6 +58,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             ("torch",),
             "inherited (one node)",
             deepspeed_cli=True,
+            module_flag="--module",
             single_node=True,
             per_node="here",
         ),
@@ -62,6 +68,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             ("torch",),
             ".deepspeed_env",
             deepspeed_cli=True,
+            module_flag="--module",
             env_file=True,
             env_via_shell=True,
             over_ssh=True,
@@ -73,6 +80,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             ("openmpi",),
             ".deepspeed_env (turned into mpirun -x)",
             deepspeed_cli=True,
+            module_flag="--module",
             env_file=True,
             per_node="mpirun",
         ),
@@ -91,6 +99,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             ("torch",),
             "mpirun -x NAME",
             per_node="mpirun",
+            module_flag="--module",
         ),
         Launcher(
             "srun",
@@ -108,6 +117,7 @@ _LAUNCHERS: Dict[str, Launcher] = {
             "srun (whole environment)",
             places_by_hostfile=False,
             per_node="srun",
+            module_flag="--module",
         ),
     )
 }

@@ -237,7 +237,8 @@ def script_name(job: ResolvedJob, stamp: str) -> str:
 
 def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
     if job.script:
-        return path_expr(job.script)
+        # through the job layer when the job's Python has it (templates/body/launch/_layer.sh.j2)
+        return Sh('${HPC_LAUNCH_LAYER[@]+"${HPC_LAUNCH_LAYER[@]}"} ' + path_expr(job.script))
     return Sh('"$HPC_TRAIN"')  # set by the script from the installed package (templates/body/job.sh.j2)
 
 

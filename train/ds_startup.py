@@ -7,26 +7,17 @@ use, chosen from what the run asked for, never a change to what it computes.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any, Mapping
 
+# its one home is the job layer's, which applies it to a user's own DeepSpeed too
+from hpc_launch.joblayer.deepspeed_cpu import skip_shm_comm_op
+
+__all__ = ["MUON_MODULES", "skip_muon_import", "skip_shm_comm_op", "uses_muon"]
+
 # deepspeed 0.19.8 imports these from ZeRO's and the engine's set-up whatever the optimizer
 MUON_MODULES = ("deepspeed.runtime.zero.muon.muon_optimizer", "deepspeed.runtime.zero.muon.original_muon")
-
-
-def skip_shm_comm_op() -> None:
-    """Keep DeepSpeed's CPU backend from compiling its shared-memory all-reduce op at init.
-
-    deepspeed 0.19.8's TorchBackend builds `shm_comm` (ninja, 25-70 s the first time in an
-    environment, a build check and a 66 MiB /dev/shm segment per rank, never unlinked, on every
-    start after) for `inference_all_reduce` alone: training's collectives go through gloo, and
-    without the op that one falls back to gloo too (deepspeed/comm/torch.py)."""
-    # by its module name: the attribute deepspeed.comm.torch is the torch package itself
-    ds_torch: Any = importlib.import_module("deepspeed.comm.torch")
-    if callable(getattr(ds_torch, "build_shm_op", None)):
-        ds_torch.build_shm_op = lambda: None
 
 
 class _MuonNotInUse:

@@ -1,16 +1,6 @@
-"""Who this rank is, as its launcher said: what rank discovery (train/dist.py) finds and the
-start-up check (train/preflight.py) and the watchdog read."""
+"""Who this rank is, as its launcher said (its home: hpc_launch/joblayer/ranks.py, shared with the
+job layer every `--script` rank starts through)."""
 
-from __future__ import annotations
+from hpc_launch.joblayer.ranks import RankInfo
 
-from dataclasses import dataclass
-from typing import Optional
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    rank: int
-    world_size: int
-    local_rank: int
-    local_size: Optional[int]  # ranks on this node, when the launcher says
-    source: str
+__all__ = ["RankInfo"]

@@ -1,47 +1,5 @@
-"""Stopping before the walltime: the job script (or the user) asks, every rank agrees, the
-trainer writes a complete checkpoint and exits with RESUMABLE_EXIT ("stopped for time, resume me").
+"""The entrypoint's stop request is the job layer's (hpc_launch/joblayer/stop.py, its one home)."""
 
-The job script exports $HPC_LAUNCH_DEADLINE, its start plus the walltime less a margin (a timer
-of its own: PBS Professional sends nothing before its kill, and a signal would reach launchers
-that die of it). Creating the file named by $HPC_LAUNCH_STOP, or SIGUSR1 to a rank, asks the
-same at any time. The ranks agree with one tiny MAX all-reduce every --log-every steps, so all
-of them stop after the same step.
-"""
+from hpc_launch.joblayer.stop import RESUMABLE_EXIT, StopRequest
 
-from __future__ import annotations
-
-import os
-import signal
-import time
-from typing import Optional
-
-from hpc_launch.protocol import EXIT_RESUMABLE
-
-RESUMABLE_EXIT = EXIT_RESUMABLE  # EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry"
-
-
-class StopRequest:
-    def __init__(self, path: Optional[str], deadline: Optional[str] = None):
-        self.path = path
-        self.deadline = float(deadline) if deadline else None
-        self.asked = False
-        try:
-            signal.signal(signal.SIGUSR1, self._on_signal)
-        except ValueError:  # not the main thread (tests)
-            pass
-
-    def _on_signal(self, signum, frame) -> None:
-        self.asked = True
-
-    def local(self) -> bool:
-        if self.deadline is not None and time.time() >= self.deadline:
-            return True
-        return self.asked or bool(self.path and os.path.exists(self.path))
-
-    def agreed(self, dcomm, device) -> bool:
-        """True on every rank once any rank was asked to stop."""
-        import torch
-
-        flag = torch.tensor(1.0 if self.local() else 0.0, device=device)
-        dcomm.all_reduce(flag, op=dcomm.ReduceOp.MAX)
-        return bool(flag.item())
+__all__ = ["RESUMABLE_EXIT", "StopRequest"]
