@@ -283,7 +283,9 @@ def test_only_a_slurm_chain_link_carries_the_hand_off_to_the_next_link():
     assert 'hpc_launch_keep_next_links_off "$HPC_LAUNCH_BAD_HOSTS"' in chained
     assert 'scontrol update JobId="$next" ExcNodeList="$hosts"' in chained
     assert "hpc_launch_keep_next_links_off" not in script("slurm")  # nothing waits for a lone job
-    assert "hpc_launch_keep_next_links_off" not in script("polaris", chain=2, group="datascience")  # PBS cannot exclude
+    assert "hpc_launch_keep_next_links_off" not in script(
+        "polaris", chain=2, group="datascience", queue="capacity"
+    )  # PBS cannot exclude
 
 
 def test_a_waiting_link_keeps_the_hosts_it_was_submitted_to_avoid(store, tmp_path):

@@ -24,7 +24,7 @@ def test_a_chain_names_every_link(tmp_path, monkeypatch, capsys):
     work = tmp_path / "w"
     argv = ["submit", "-c", "polaris", "--group", "g1", "--login", "local", "--workdir", str(work)]
     with pytest.raises(SystemExit) as done:
-        cli.main([*argv, "--name", "links", "--chain", "3", "-t", "00:30:00", "--no-check"])
+        cli.main([*argv, "--name", "links", "--chain", "3", "-q", "preemptable", "-t", "00:30:00", "--no-check"])
     out, err = capsys.readouterr()
     assert done.value.code == 0, err
     assert out == "51.pbshead\n"  # the chain's id, as before

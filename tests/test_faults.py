@@ -138,14 +138,14 @@ def test_ctrl_c_says_whether_the_job_was_submitted(sandbox, monkeypatch, capsys,
 
     def interrupted(prepared, on_recorded=None, **_):
         if after:
-            on_recorded(SimpleNamespace(job_id="4242", name="train", cluster="local", log_path="train.o4242"))
+            on_recorded(SimpleNamespace(job_id="4242", name="train", cluster="local", log_path="train.o4242", extra={}))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(jobs, "submit", interrupted)
     with pytest.raises(SystemExit) as exit_:
         cli.main(["submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"])
     out, err = capsys.readouterr()
-    assert exit_.value.code == 130
+    assert exit_.value.code == 130, err
     said = err.strip().splitlines()[-1]
     if after:
         assert out == "4242\n"
