@@ -19,7 +19,7 @@ def test_render_path_imports_no_torch_deepspeed_or_paramiko(tmp_path):
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'deepspeed', 'paramiko', 'pydantic', 'numpy'))\n"
+        "('torch', 'deepspeed', 'paramiko', 'pydantic', 'numpy', 'tensorboard', 'wandb'))\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)

@@ -10,10 +10,18 @@ import sys
 
 from hpc_launch import protocol
 
-from .ds_config import BF16_MODES, MONITORS, OFFLOADS, PRECISIONS
+from .ds_config import BF16_MODES, OFFLOADS, PRECISIONS
 from .errors import TrainError
 from .lm_sizes import DEFAULT_SEQ_LEN, LM_SIZES
 from .models import MEMORY_FORMATS
+from .monitor import MONITORS, parse_monitors
+
+
+def _monitors(text: str) -> tuple:
+    try:
+        return parse_monitors(text)
+    except TrainError as err:  # argparse's own one-line usage error, as for any other bad option
+        raise argparse.ArgumentTypeError(err.one_line()) from None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,8 +86,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         "auto: autocast for models with BatchNorm on accelerators",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--monitor", default="none", choices=MONITORS, help="DeepSpeed monitor (W&B key from WANDB_API_KEY)")
-    p.add_argument("--monitor-dir", default="runs", help="output folder for csv/tensorboard monitors")
+    p.add_argument(
+        "--monitor",
+        default="none",
+        type=_monitors,
+        help=f"{' | '.join(MONITORS)}, or several joined by commas; one TensorBoard step axis and one W&B run "
+        "across chain links and resumes; W&B offline without WANDB_API_KEY or internet (docs/training.md)",
+    )
+    p.add_argument("--monitor-dir", default="runs", help="output folder of the csv/tensorboard/wandb monitors")
     p.add_argument("--job-name", default="hpc-train")
     p.add_argument(
         "--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic and cifar10, 8 digits"
@@ -137,7 +151,12 @@ def main(argv=None) -> int:
         from .trainer import run
 
         rank = dist.discover().rank
-        return run(args)
+        try:
+            return run(args)
+        finally:
+            from .monitor import close_open
+
+            close_open()  # the W&B run's files completed: entry() leaves without interpreter teardown
     except TrainError as err:
         if rank == 0 or getattr(err, "every_rank", False):  # one line, once per job (every rank finds the same error)
             print(f"error: {err.one_line()}", file=sys.stderr, flush=True)

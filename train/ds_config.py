@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import TrainError
+from .monitor import parse_monitors
 
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOADS = ("none", "optimizer", "optimizer+params")
@@ -20,7 +21,6 @@ OFFLOADS = ("none", "optimizer", "optimizer+params")
 # only ZeRO-3 partitions (and so can offload) the parameters.
 OFFLOAD_STAGES = {"none": (0, 1, 2, 3), "optimizer": (1, 2, 3), "optimizer+params": (3,)}
 PRECISIONS = ("fp32", "bf16", "fp16")
-MONITORS = ("none", "csv", "tensorboard", "wandb")
 DEFAULT_MICRO_BATCH = 32
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
@@ -99,7 +99,7 @@ def build_config(
     lr: float = 1e-3,
     total_steps: int = 1000,
     on_cpu: bool = False,
-    monitor: str = "none",
+    monitor: str | tuple = "none",
     monitor_dir: str = "runs",
     job_name: str = "hpc-train",
     fused_adamw: bool = False,
@@ -183,18 +183,10 @@ def build_config(
         }
         cfg["data_types"] = {"buffer_dtype": "fp16"}  # the same BatchNorm rule as bf16
 
-    if monitor == "csv":
+    # TensorBoard and W&B are opened by train/monitor.py after the resume, where the step is known
+    monitors = parse_monitors(monitor) if isinstance(monitor, str) else tuple(monitor)
+    if "csv" in monitors:
         cfg["csv_monitor"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}
-    elif monitor == "tensorboard":
-        cfg["tensorboard"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}
-    elif monitor == "wandb":
-        import os
-
-        cfg["wandb"] = {"enabled": True, "project": os.environ.get("WANDB_PROJECT", "hpc-launch"), "group": job_name}
-        if os.environ.get("WANDB_ENTITY"):
-            cfg["wandb"]["team"] = os.environ["WANDB_ENTITY"]
-    elif monitor != "none":
-        raise TrainError(f"--monitor must be one of {', '.join(MONITORS)}, got {monitor}")
     return cfg
 
 

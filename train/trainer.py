@@ -7,7 +7,7 @@ import time
 
 from hpc_launch import protocol
 
-from . import checkpoint, dist, ds_startup
+from . import checkpoint, dist, ds_startup, monitor
 from .stop import RESUMABLE_EXIT, StopRequest
 from .ds_config import (
     batch_of,
@@ -48,27 +48,6 @@ def check_precision(precision: str) -> None:
             f"--precision bf16 is not supported by the {acc.device_name()} accelerator",
             hint="use --precision fp16 or fp32",
         )
-
-
-def check_monitor(monitor: str) -> None:
-    if monitor == "tensorboard":
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            raise TrainError(
-                "--monitor tensorboard needs the tensorboard package",
-                hint="pip install tensorboard, or use --monitor csv",
-            ) from None
-    if monitor == "wandb":
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise TrainError("--monitor wandb needs the wandb package", hint="pip install wandb") from None
-        if not os.environ.get("WANDB_API_KEY"):
-            raise TrainError(
-                "--monitor wandb needs WANDB_API_KEY in the environment",
-                hint="export it in the job environment; keys are never read from flags or files",
-            )
 
 
 def resolve_config(args, world_size: int) -> dict:
@@ -156,7 +135,7 @@ def run(args) -> int:
     lm = kind if isinstance(kind, lm_kind.LanguageModel) else None
     if kind is None:
         check_model_name(args.model)
-    check_monitor(args.monitor)
+    monitor.check(args.monitor)
     data = (
         kind.data
         if kind
@@ -265,6 +244,20 @@ def run(args) -> int:
             )
         step = int(saved["step"])
         say(f"resumed from {os.path.join(*found)} at step {step}")
+    # TensorBoard and W&B continue the axis DeepSpeed restored with the checkpoint (its global_samples)
+    monitors = (
+        monitor.open_monitors(
+            args.monitor,
+            monitor_dir=args.monitor_dir,
+            job_name=args.job_name,
+            checkpoint_dir=args.checkpoint_dir,
+            samples=engine.global_samples,
+            config=meta,
+            say=say,
+        )
+        if is_main
+        else None
+    )
     stop = StopRequest(os.environ.get("HPC_LAUNCH_STOP"), os.environ.get("HPC_LAUNCH_DEADLINE"))
     say(
         f"training {args.model} on {args.data}: world={info.world_size} ({info.source}) zero={meta['zero_stage']} "
@@ -327,13 +320,14 @@ def run(args) -> int:
                 loss_total, asked = shared.tolist()
                 loss_value, stop_asked = loss_total / info.world_size, asked > 0
                 say(step_line(step, epoch, loss_value, engine.get_lr()[0], meter, info.world_size, rate))
-                if is_main and engine.monitor.enabled:  # DeepSpeed's monitor logs lr itself, not the loss
-                    engine.monitor.write_events(
-                        [
-                            ("Train/Samples/train_loss", loss_value, engine.global_samples),
-                            ("Train/Samples/samples_per_sec", meter.average, engine.global_samples),
-                        ]
-                    )
+                events = [
+                    ("Train/Samples/train_loss", loss_value, engine.global_samples),
+                    ("Train/Samples/samples_per_sec", meter.average, engine.global_samples),
+                ]
+                if is_main and engine.monitor.enabled:  # DeepSpeed's CSV monitor logs lr itself, not the loss
+                    engine.monitor.write_events(events)
+                if monitors is not None:
+                    monitors.write([*events, ("Train/Samples/lr", engine.get_lr()[0], engine.global_samples)])
             if step == 1:  # epoch seconds of each start-up phase on rank 0 (bench/bench_launch.py)
                 say(
                     f"[hpc-train] start-up: process={started_at:.3f} imported={imported_at:.3f} "

@@ -53,7 +53,6 @@ def test_fp16_on_cpu_trains_or_fails_clearly(tmp_path):
         (["--model", "resnet5000"], "unknown model 'resnet5000'"),
         (["--data", "/nonexistent/imagenet"], "data folder not found: /nonexistent/imagenet"),
         (["--zero", "1", "--offload", "optimizer+params"], "needs --zero 3"),
-        (["--monitor", "wandb"], "wandb"),
     ],
 )
 def test_user_errors_are_one_line(tmp_path, args, message):
