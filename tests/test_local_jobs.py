@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from hpc_launch import dialects, jobs
+from hpc_launch.dialects.none import release_path
 from hpc_launch.records import JobRecord, JobStore
 from hpc_launch.states import JobState
 from hpc_launch.transport import LocalTransport
@@ -39,6 +40,7 @@ def _start(tmp: Path, body: str, name: str = "train-x.sh"):
     (tmp / ".hpc-launch").mkdir(exist_ok=True)
     script = tmp / ".hpc-launch" / name
     script.write_text("#!/bin/bash\n" + body)
+    Path(release_path(str(script))).write_text("")  # recorded: it may start (submission.release)
     argv = NONE.submit_argv(str(script), log_prefix=str(tmp / "train.o"))
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     job_id = NONE.parse_submit(out)

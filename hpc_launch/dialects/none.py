@@ -15,11 +15,35 @@ from .base import CancelOutcome, Dialect, StatusInfo, last_matching_line
 
 # $1 = log name prefix (NAME.o), $2 = script. setsid makes the job its own session and process
 # group (pid == pgid == sid), so cancel can signal the whole tree. `echo $$` hands back the id
-# before stdout is redirected to the log.
+# before stdout leaves the submit command's pipe. Nothing starts until submit has recorded the
+# job and written SCRIPT.go (`release_path`): a submit killed before its record (kill -9 cannot
+# be held off) leaves no job running unknown. While it waits the launcher gives up when the
+# submitting process is gone (HPC_LAUNCH_SUBMITTER, set where it runs on this machine) or after
+# RELEASE_WAIT_S (over SSH the submitter is not visible from here); giving up, it removes its
+# script and runs nothing.
+RELEASE_SUFFIX = ".go"
+RELEASE_WAIT_S = 120
+_GATE = (
+    "s=${HPC_LAUNCH_SUBMITTER:-}; unset HPC_LAUNCH_SUBMITTER; n=0; "
+    'until [ -e "$2.go" ]; do '
+    'if [ "$n" -ge %d ] || { [ -n "$s" ] && '
+    'case "$(ps -o stat= -p "$s" 2>/dev/null)" in ""|Z*) true;; *) false;; esac; }; '  # gone, or a zombie
+    'then rm -f -- "$2"; exit 0; fi; '
+    "sleep 0.05; n=$((n+1)); done; "
+    'rm -f -- "$2.go"; '
+) % (RELEASE_WAIT_S * 20)
 _LAUNCH = (
-    'setsid bash -c \'echo "$$"; exec >"$1$$" 2>&1 </dev/null; '
-    'HPC_LAUNCH_JOB_ID=$$ exec bash "$2"\' hpc-launch-job "$1" "$2" &'
+    'setsid bash -c \'echo "$$"; exec >/dev/null 2>&1 </dev/null; '
+    + _GATE.replace("'", "'\\''")
+    + 'exec >"$1$$" 2>&1; HPC_LAUNCH_JOB_ID=$$ exec bash "$2"\' hpc-launch-job "$1" "$2" &'
 )
+
+
+def release_path(script_path: str) -> str:
+    """The file whose existence lets a launched job start (written once its record exists)."""
+    return script_path + RELEASE_SUFFIX
+
+
 MARKER = SCRIPT_DIR + "/"  # every script we start lives under WORKDIR/.hpc-launch/
 
 

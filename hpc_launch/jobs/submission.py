@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
-from typing import TYPE_CHECKING, Callable, List, Optional, cast
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, cast
 
 from .. import capsule, dialects, secrets
 from ..dialects import Dialect
-from ..errors import SpecError
+from ..dialects.none import RELEASE_WAIT_S, release_path
+from ..errors import HpcLaunchError, SpecError
 from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
@@ -75,7 +77,7 @@ def submit(
                     workdir,
                     dialect,
                     script_text=prepared.script.text,
-                    env=secrets.submit_env(job.pass_env),
+                    env=submitter_env(dialect, prepared.host, dict(secrets.submit_env(job.pass_env) or {})),
                     script_relpath=prepared.script.script_relpath,
                     sleep=sleep,
                 )
@@ -94,8 +96,13 @@ def submit(
                     record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
                 if job.exclude:  # kept off by the scheduler: the summary says so
                     record.extra = {**record.extra, "excluded": list(job.exclude)}
-                add_or_explain(store, record, prepared)
+                try:
+                    add_or_explain(store, record, prepared)
+                except NotRecorded:  # its message names the job and its `adopt` line: it may run
+                    release(transport, dialect, record)
+                    raise
                 recorded = True
+                release(transport, dialect, record)
                 if on_recorded is not None:
                     on_recorded(record)
                 previous = job_id
@@ -122,6 +129,33 @@ def submit(
     finally:
         if own_transport:
             transport.close()
+
+
+def submitter_env(
+    dialect: Dialect, host: str, env: Optional[Dict[str, Optional[str]]]
+) -> Optional[Dict[str, Optional[str]]]:
+    """With no scheduler, the launched job waits for its record (dialects/none.py); on this
+    machine it also watches this process, so a submit killed before the record starts nothing."""
+    if dialect.has_scheduler or host != LOCAL_HOST:
+        return env
+    return {**(env or {}), "HPC_LAUNCH_SUBMITTER": str(os.getpid())}
+
+
+def release(transport: Transport, dialect: Dialect, record: JobRecord) -> None:
+    """Let a job with no scheduler start: its record exists now (or the user has its adopt line)."""
+    if dialect.has_scheduler:
+        return
+    path = release_path(record.script_path)
+    try:  # one command (over SSH no SFTP session): the job's files went with the submit command
+        done = transport.run(["touch", "--", path], timeout=60)
+        problem = "" if done.rc == 0 else (done.err.strip() or f"touch exit code {done.rc}")
+    except (OSError, HpcLaunchError) as exc:
+        problem = str(getattr(exc, "message", None) or exc)
+    if problem:
+        raise SpecError(
+            f"job {record.job_id} is recorded but could not be started: cannot write {path} ({problem})",
+            hint=f"it gives up by itself within {RELEASE_WAIT_S} s; then submit again",
+        )
 
 
 def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written: List[str]) -> str:
