@@ -426,7 +426,7 @@ def test_cancel_commands():
 
 
 def test_no_scheduler_status_ignores_reused_pids():
-    out = "  101   101 bash /w/.hpc-launch/train-1.sh\n  102   102 /usr/bin/vim notes\n"
+    out = "  101   101 Ss   bash /w/.hpc-launch/train-1.sh\n  102   102 Ss+  /usr/bin/vim notes\n"
     got = dialects.get("none").parse_status(out, ["101", "102", "103"])
     assert list(got) == ["101"] and got["101"].state == JobState.RUNNING
 

@@ -64,9 +64,9 @@ class NoScheduler(Dialect):
         return last_matching_line(out, r"^(\d+)$", "launch").group(1)
 
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:
-        # Every process of the jobs' sessions (setsid: sid == pid of the job script). `ps` exits
-        # 1 when none is alive; that is an answer, not an error.
-        return ["ps", "-ww", "-o", "pid=,sid=,args=", "--sid", ",".join(job_ids)]  # -ww: never cut the args
+        # Every process of the jobs' sessions (setsid: sid == pid of the job script), with its
+        # state: a zombie has ended. `ps` exits 1 when none is alive; that is an answer, not an error.
+        return ["ps", "-ww", "-o", "pid=,sid=,stat=,args=", "--sid", ",".join(job_ids)]  # -ww: never cut the args
 
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
         return self._parse(out, {j: "" for j in job_ids})
@@ -76,14 +76,18 @@ class NoScheduler(Dialect):
 
     def _parse(self, out: str, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
         """A job is its session: alive while its script runs, or while ranks it started outlive
-        a killed script. The script's own line must name the job's script: pids are reused."""
+        a killed script. The script's own line must name the job's script: pids are reused.
+        A zombie has ended: where nothing reaps (a PID 1 that does not, as in containers) a
+        killed script stays in the table as `[bash] <defunct>` while its ranks run on."""
         leaders: Dict[str, str] = {}
         members: Dict[str, int] = {}
         for line in out.splitlines():
-            m = re.match(r"\s*(\d+)\s+(\d+)\s+(.*)", line)
+            m = re.match(r"\s*(\d+)\s+(\d+)\s+(\S+)\s+(.*)", line)
             if not m or m.group(2) not in jobs:
                 continue
-            pid, sid, args = m.groups()
+            pid, sid, stat, args = m.groups()
+            if stat.startswith("Z"):
+                continue
             if pid == sid:
                 leaders[sid] = args
             else:
