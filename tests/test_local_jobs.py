@@ -171,3 +171,17 @@ def test_a_killed_script_nobody_reaps_leaves_its_job_running_and_cancel_ends_it(
     finally:
         reaper.kill()
         reaper.wait()
+
+
+def test_cancel_ends_a_job_whose_processes_are_stopped_and_says_so(tmp_path, store):
+    """Issue 33: SIGTERM waits while a process is stopped (SIGSTOP, Ctrl-Z): a cancel left all
+    three processes of the job behind. It continues them after the signal, and says so."""
+    job_id, script = _start(tmp_path, "sleep 60 &\nsleep 60 &\nwait\n")
+    rec = _record(store, tmp_path, job_id, script)
+    assert _wait(lambda: len(_live(job_id)) == 3)
+    os.killpg(int(job_id), signal.SIGSTOP)
+    assert _wait(lambda: all(_state_of(p).startswith("T") for p in _live(job_id)))
+    result = jobs.cancel(store, rec, LocalTransport(), confirm_s=10, sleep=lambda s: time.sleep(0.2))
+    assert result.state == JobState.CANCELLED, result
+    assert "3 stopped processes" in result.message, result.message
+    assert _wait(lambda: not _live(job_id)), f"processes left: {_live(job_id)}"

@@ -39,6 +39,15 @@ _LAUNCH = (
 )
 
 
+_CANCEL = (
+    "n=$(ps -e -o pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 ~ /^T/' | wc -l); "
+    'kill -TERM -- "-$1" || exit; '
+    '[ "$n" -eq 0 ] && exit 0; kill -CONT -- "-$1" 2>/dev/null; '
+    '[ "$n" -eq 1 ] && w=process || w=processes; '
+    'echo "$n stopped $w of the job continued, so the signal reaches them"'
+)
+
+
 def release_path(script_path: str) -> str:
     """The file whose existence lets a launched job start (written once its record exists)."""
     return script_path + RELEASE_SUFFIX
@@ -112,10 +121,13 @@ class NoScheduler(Dialect):
         return result
 
     def cancel_argv(self, job_id: str) -> List[str]:
-        # the whole process group: the launcher and every rank it started
-        return ["kill", "-TERM", "--", f"-{job_id}"]
+        # The whole process group: the launcher and every rank it started. A stopped process
+        # (SIGSTOP, Ctrl-Z) holds SIGTERM until it continues: SIGCONT after it, and say so.
+        return ["bash", "-c", _CANCEL, "hpc-launch-cancel", job_id]
 
     def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
         if rc != 0 and "no such process" in (err or "").lower():
             return CancelOutcome(sent=False, already_ended=True, message=err.strip())
+        if rc == 0:
+            return CancelOutcome(sent=True, note=(out or "").strip())
         return super().parse_cancel(rc, out, err)
