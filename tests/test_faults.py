@@ -34,11 +34,15 @@ def sandbox(tmp_path):
 
 
 def _records(db: Path):
+    return _rows(db, "job_id, state")
+
+
+def _rows(db: Path, columns: str):
     if not db.exists():
         return []
     con = sqlite3.connect(str(db))
     try:
-        return con.execute("SELECT job_id, state FROM jobs").fetchall()
+        return con.execute(f"SELECT {columns} FROM jobs").fetchall()
     except sqlite3.OperationalError:  # interrupted while the store was first being created: no table yet
         return []
     finally:
@@ -340,3 +344,68 @@ def test_kill_9_of_one_rank_fails_the_job_and_is_not_a_cancel(hpc_launch_bin, sa
     while time.monotonic() < deadline and subprocess.run(["pgrep", "-s", job_id], capture_output=True).returncode == 0:
         time.sleep(0.5)
     assert subprocess.run(["pgrep", "-s", job_id], capture_output=True).returncode != 0, "processes of the job are left"
+
+
+def _three_locals(work: Path, env: dict) -> dict:
+    profiles = work.parent / "profiles"
+    profiles.mkdir(exist_ok=True)
+    for name in ("local-b", "local-c"):
+        (profiles / f"{name}.yaml").write_text(f"name: {name}\nextends: local\n")
+    return dict(env, HPC_LAUNCH_CLUSTERS_DIR=str(profiles))
+
+
+WHERE_SUBMIT = ["where", "-c", "local,local-b,local-c", "--submit", "--script", "slow.py"]
+
+
+@pytest.fixture(scope="module")
+def where_submit_seconds(tmp_path_factory) -> float:
+    """How long `where --submit` to three local clusters takes here until it returns (--no-wait)."""
+    base = tmp_path_factory.mktemp("where-timing")
+    work = base / "work"
+    work.mkdir()
+    (work / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(base / "state"), HPC_LAUNCH_CONFIG_DIR=str(base / "config"))
+    env = _three_locals(work, env)
+    bin_ = str(Path(__import__("sys").executable).parent / "hpc-launch")
+    began = time.monotonic()
+    r = subprocess.run(
+        [bin_, *WHERE_SUBMIT, "--no-wait"], cwd=work, env=env, capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - began
+    assert r.returncode == 0, r.stderr
+    subprocess.run([bin_, "cancel", r.stdout.strip()], cwd=work, env=env, capture_output=True, timeout=60)
+    return took
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 1.5])
+def test_ctrl_c_of_where_submit_names_every_job_and_submits_no_more(
+    hpc_launch_bin, sandbox, where_submit_seconds, fraction
+):
+    """Issue 33: a terminal's Ctrl-C (SIGINT to the whole foreground group, the submit commands
+    too) while `where --submit` submits to three clusters: every job submitted is named, nothing
+    more is submitted, no "bash refused the job", no job's script deleted under it."""
+    work, env, db = sandbox
+    env = _three_locals(work, env)
+    proc = subprocess.Popen(
+        [hpc_launch_bin, *WHERE_SUBMIT],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(fraction * where_submit_seconds)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    said = out + err
+    assert "refused the job" not in said, said
+    assert "Traceback" not in err or not _frames_after_handler(err), err
+    rows = _rows(db, "job_id, cluster, script_path")
+    for job_id, cluster, script in rows:
+        assert f"{cluster}: job {job_id}" in said or f"{cluster} job {job_id}" in said, (job_id, said)
+        assert Path(script).exists(), f"the script of recorded job {job_id} was deleted"
+    if rows:
+        assert re.search(r"first-\d{8}-\d{6}-[0-9a-f]{4}", out), said  # the group's id, for status and cancel
+    assert_nothing_lost(hpc_launch_bin, work, env, db)

@@ -491,7 +491,7 @@ the job goes to each cluster, the first to start trains and the others are cance
 
 def _first_start(clusters: List[str], spec_of, profile: Optional[str], no_wait: bool) -> int:
     """`where --submit`: the group id on stdout, each cluster's job (or refusal) and the outcome on stderr."""
-    from ..jobs.first_start import run
+    from ..jobs.first_start import Interrupted, run
 
     group = ""
 
@@ -504,6 +504,17 @@ def _first_start(clusters: List[str], spec_of, profile: Optional[str], no_wait: 
 
     try:
         _, _, winner = run(clusters, spec_of, profile_file=profile, wait=not no_wait, note=say, on_submitted=submitted)
+    except Interrupted as stopped:
+        if not stopped.submitted:
+            say("interrupted: nothing was submitted or recorded")
+            return EXIT_SIGINT
+        submitted(stopped.group, stopped.submitted)
+        say(
+            f"interrupted: nothing more is submitted; the {len(stopped.submitted)} job(s) of {stopped.group} above "
+            f"stay queued and the first to start trains (its gate stops the others). `hpc-launch status "
+            f"{stopped.group}` shows them, `hpc-launch cancel {stopped.group}` ends them"
+        )
+        return EXIT_SIGINT
     except KeyboardInterrupt:
         if group:
             say(

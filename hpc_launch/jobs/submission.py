@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, cast
 from .. import capsule, dialects, secrets
 from ..dialects import Dialect
 from ..dialects.none import RELEASE_WAIT_S, release_path
-from ..errors import HpcLaunchError, SpecError
+from ..errors import HpcLaunchError, SchedulerError, SpecError, TransportError
 from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
 from ..profiles import Profile
 from ..records import JobRecord, JobStore
@@ -24,6 +24,7 @@ from .placing import (
     add_or_explain,
     discard,
     discard_empty_dirs,
+    find_submitted,
     opened,
     placed,
     record_for,
@@ -71,16 +72,21 @@ def submit(
             if secrets_path:  # after the check: a refused job never had its values written
                 queue(ahead, secrets_path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
             with signals_held() as caught:
-                job_id = run_submit(
-                    cast(Transport, ahead),
-                    prepared.script.submit_argv,
-                    workdir,
-                    dialect,
-                    script_text=prepared.script.text,
-                    env=submitter_env(dialect, prepared.host, dict(secrets.submit_env(job.pass_env) or {})),
-                    script_relpath=prepared.script.script_relpath,
-                    sleep=sleep,
-                )
+                try:
+                    job_id = run_submit(
+                        cast(Transport, ahead),
+                        prepared.script.submit_argv,
+                        workdir,
+                        dialect,
+                        script_text=prepared.script.text,
+                        env=submitter_env(dialect, prepared.host, dict(secrets.submit_env(job.pass_env) or {})),
+                        script_relpath=prepared.script.script_relpath,
+                        sleep=sleep,
+                    )
+                except (SchedulerError, TransportError):
+                    if not caught:
+                        raise
+                    job_id = interrupted_submit(dialect, transport, workdir, prepared)
                 record = record_for(
                     profile,
                     dialect,
@@ -129,6 +135,16 @@ def submit(
     finally:
         if own_transport:
             transport.close()
+
+
+def interrupted_submit(dialect: Dialect, transport: Transport, workdir: str, prepared: "Prepared") -> str:
+    """A terminal's Ctrl-C reaches the submit command too: its failure then is no refusal.
+    The job it may have created before it died is recorded; else the interrupt goes on, and
+    nothing was submitted (with no scheduler an unreleased job never starts: dialects/none.py)."""
+    found = find_submitted(dialect, transport, workdir, prepared.script.script_relpath)
+    if found:
+        return found
+    raise KeyboardInterrupt
 
 
 def submitter_env(
