@@ -12,7 +12,7 @@ from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
 from .jobs.state import start_words
-from .protocol import EXIT_SIGINT, bad_hosts_in
+from .protocol import EXIT_SIGINT
 
 
 def _exit_code(state: JobState, code: Optional[int]) -> int:
@@ -188,7 +188,7 @@ def host_lines(rec: JobRecord, log_text: str) -> List[str]:
         lines.append(
             f"  hosts     straggler: {m.group(2)} (rank {m.group(1)}, {m.group(3)} slower than the median rank)"
         )
-    bad = extra.get("bad_hosts") or bad_hosts_in(log_text)
+    bad = extra.get("bad_hosts")  # what was remembered: a line in the log alone is no record
     if bad:
         lines.append(
             "  hosts     found bad: "

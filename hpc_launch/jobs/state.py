@@ -41,7 +41,7 @@ from ..protocol import (
     kept_off_in,
     parse_bad_hosts_file,
 )
-from ..records import JobRecord, JobStore
+from ..records import JobRecord, JobStore, recordable_bad_hosts
 from ..states import JobState
 from ..transport.base import Transport
 from .connect import TransportFor, transport_for
@@ -229,10 +229,10 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     if got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
         extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
-        bad = bad_hosts_of(transport, rec, got)
+        here = not dialects.get(rec.dialect).has_scheduler  # its hosts may be this machine (records.py)
+        bad = recordable_bad_hosts(bad_hosts_of(transport, rec, got), here=here)
         if bad:
-            store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
-            extra["bad_hosts"] = bad
+            extra["bad_hosts"] = store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
             avoid_in_later_links(store, rec, transport)
     if extra != (rec.extra or {}):
         fields["extra"] = extra
