@@ -100,11 +100,13 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], width: Op
     from rich.console import Console
     from rich.table import Table
 
+    from ..terminal import visible
+
     table = Table(box=None, pad_edge=False)
     for col in columns:
         table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # a cell may quote a scheduler or a job: never terminal control (terminal.visible)
+        table.add_row(*(visible(cell) for cell in row))
     Console(width=width).print(table)
 
 

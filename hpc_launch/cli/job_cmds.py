@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from ..terminal import visible
 from ..errors import HpcLaunchError
 from .app import app, complete_clusters, complete_jobs, print_json, print_table, say, show_jobs
 
@@ -60,7 +61,7 @@ def logs(
             f"the log {record.log_path} does not exist yet (job {record.state})",
             hint=f"`hpc-launch logs -f {job_id}` waits for it",
         ) from None
-    sys.stdout.write(text + "\n" if summary else text)
+    sys.stdout.write(visible(text) + "\n" if summary else text)  # the log itself is the job's own
 
 
 NOTIFY_LOOKBACK = 200  # `status` looks this far back for ended jobs with --notify messages still to send
@@ -207,7 +208,7 @@ def cancel(
     from ..jobs import cancel_ident
     from ..records import JobStore
 
-    sys.stderr.write("\n".join(cancel_ident(JobStore(), job_id, cluster)) + "\n")
+    sys.stderr.write(visible("\n".join(cancel_ident(JobStore(), job_id, cluster))) + "\n")
 
 
 @app.command()
