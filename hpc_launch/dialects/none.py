@@ -20,7 +20,7 @@ from .base import CancelOutcome, Dialect, StatusInfo, last_matching_line
 # be held off) leaves no job running unknown. While it waits the launcher gives up when the
 # submitting process is gone (HPC_LAUNCH_SUBMITTER, set where it runs on this machine) or after
 # RELEASE_WAIT_S (over SSH the submitter is not visible from here); giving up, it removes its
-# script and runs nothing.
+# script and its --pass-env file (secrets.path_for) and runs nothing.
 RELEASE_SUFFIX = ".go"
 RELEASE_WAIT_S = 120
 _GATE = (
@@ -28,7 +28,7 @@ _GATE = (
     'until [ -e "$2.go" ]; do '
     'if [ "$n" -ge %d ] || { [ -n "$s" ] && '
     'case "$(ps -o stat= -p "$s" 2>/dev/null)" in ""|Z*) true;; *) false;; esac; }; '  # gone, or a zombie
-    'then rm -f -- "$2"; exit 0; fi; '
+    'then rm -f -- "$2" "${2%%.sh}.secrets"; exit 0; fi; '
     "sleep 0.05; n=$((n+1)); done; "
     'rm -f -- "$2.go"; '
 ) % (RELEASE_WAIT_S * 20)
@@ -65,6 +65,10 @@ class NoScheduler(Dialect):
     job_id_expr = "${HPC_LAUNCH_JOB_ID:-$$}"
     job_num_expr = "${HPC_LAUNCH_JOB_ID:-$$}"
     nodelist_shell = ""
+    # No scheduler ends the job at its walltime: its own script does (templates/body/walltime.sh.j2),
+    # SIGKILL to what still runs this long after SIGTERM ($HPC_LAUNCH_KILL_GRACE_S overrides it)
+    kill_grace_s = 30
+    failure_wording = {"walltime": (r"^\[hpc-launch\] walltime \S+ reached: no scheduler here",)}
 
     def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix: str = "job.o", depend_on=None):
         return ["bash", "-c", _LAUNCH, "hpc-launch-submit", log_prefix, script_path]

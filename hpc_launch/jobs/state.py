@@ -37,6 +37,7 @@ from ..protocol import (
     EXIT_SIGINT,
     EXIT_SIGKILL,
     EXIT_SIGTERM,
+    EXIT_WALLTIME,
     LOCAL_HOST,
     kept_off_in,
     parse_bad_hosts_file,
@@ -56,7 +57,7 @@ def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
     asked = cancel_requested(rec)
     if code == 0:
         return JobState.DONE
-    if code == EXIT_RESUMABLE:
+    if code in (EXIT_RESUMABLE, EXIT_WALLTIME):
         return JobState.TIMEOUT
     if code == EXIT_LOST_START:  # its start gate stopped it: another cluster trains this (where --submit)
         return JobState.CANCELLED
@@ -79,6 +80,11 @@ def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
     if code == EXIT_RESUMABLE:
         return (
             "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
+        )
+    if code == EXIT_WALLTIME:
+        return (
+            "no scheduler here, so hpc-launch ended the job at its walltime (SIGTERM, then SIGKILL to what "
+            "still ran after the grace): ask for more with --walltime, or let the trainer checkpoint and resume"
         )
     if code == EXIT_HANG:
         return (

@@ -108,6 +108,7 @@ def submit(
                     release(transport, dialect, record)
                     raise
                 recorded = True
+                written.clear()  # the job's files now: never removed by a failure after this
                 release(transport, dialect, record)
                 if on_recorded is not None:
                     on_recorded(record)
@@ -162,11 +163,15 @@ def release(transport: Transport, dialect: Dialect, record: JobRecord) -> None:
     if dialect.has_scheduler:
         return
     path = release_path(record.script_path)
-    try:  # one command (over SSH no SFTP session): the job's files went with the submit command
-        done = transport.run(["touch", "--", path], timeout=60)
-        problem = "" if done.rc == 0 else (done.err.strip() or f"touch exit code {done.rc}")
+    try:
+        if record.host == LOCAL_HOST:  # in this process: a Ctrl-C to the terminal's group cannot cut it
+            transport.put_text(path, "", mode=0o600)
+            problem = ""
+        else:  # one command (no SFTP session): the job's files went with the submit command
+            done = transport.run(["touch", "--", path], timeout=60)
+            problem = "" if done.rc == 0 else (done.err.strip() or f"touch exit code {done.rc}")
     except (OSError, HpcLaunchError) as exc:
-        problem = str(getattr(exc, "message", None) or exc)
+        problem = str(getattr(exc, "strerror", None) or getattr(exc, "message", None) or exc)
     if problem:
         raise SpecError(
             f"job {record.job_id} is recorded but could not be started: cannot write {path} ({problem})",
