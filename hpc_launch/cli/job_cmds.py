@@ -329,10 +329,10 @@ def report(
         help="the parallel-efficiency floor for the proposed node count (0 < F <= 1)",
     ),
 ) -> None:
-    """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
-    configuration; for one job also its loss and samples/s over steps (steps.png); for one
-    configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a
-    planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
+    """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per \
+configuration; for one job also its loss and samples/s over steps (steps.png); for one \
+configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a \
+planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
     from ..report import Plan, report_jobs
 
     from ..walltime import parse_walltime

@@ -415,6 +415,18 @@ def where(
     name: Optional[str] = typer.Option(None, "--name", "-N", metavar="NAME", help="job name"),
     modules: Optional[str] = typer.Option(None, "--modules", metavar="A,B", help="comma-separated modules to load"),
     env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in the job"),
+    pass_env: List[str] = typer.Option(
+        [],
+        "--pass-env",
+        metavar="NAME",
+        help="NAME of a variable set in this shell (a secret), as submit takes it (repeatable)",
+    ),
+    notify: Optional[str] = typer.Option(
+        None,
+        "--notify",
+        metavar="NAME",
+        help="NAME of a variable set in this shell holding a webhook URL, as submit takes it",
+    ),
     script: Optional[str] = typer.Option(None, "--script", metavar="FILE", help="your own training script"),
     train_args: Optional[str] = typer.Option(
         None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint"
@@ -463,6 +475,8 @@ the job goes to each cluster, the first to start trains and the others are cance
         name=name,
         modules=modules,
         env=env,
+        pass_env=pass_env,
+        notify=notify,
         script=script,
         train_args=train_args,
         directives=directive,
