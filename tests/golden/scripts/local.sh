@@ -54,8 +54,8 @@ hpc_launch_job_runs() {  # the script (pid $$) has not ended; a zombie nobody re
   trap '' TERM INT
   # a second's wait with no process of its own (a pipe nobody writes), so none outlives the timer
   if { exec 9<> <(:); } 2>/dev/null; then hpc_launch_tick() { read -r -t 1 -u 9 _ || true; }; else hpc_launch_tick() { sleep 1; }; fi
-  SECONDS=0
-  while [ "$SECONDS" -lt 3600 ]; do
+  hpc_launch_t0=$SECONDS
+  while [ $((SECONDS - hpc_launch_t0)) -lt 3600 ]; do
     hpc_launch_tick
     hpc_launch_job_runs || exit 0
   done
@@ -63,8 +63,8 @@ hpc_launch_job_runs() {  # the script (pid $$) has not ended; a zombie nobody re
   echo 142 >"$HPC_LAUNCH_VERDICT"
   kill -TERM -- "-$$" 2>/dev/null
   kill -CONT -- "-$$" 2>/dev/null
-  SECONDS=0
-  while [ "$SECONDS" -lt "$HPC_LAUNCH_KILL_GRACE_S" ]; do
+  hpc_launch_t0=$SECONDS
+  while [ $((SECONDS - hpc_launch_t0)) -lt "$HPC_LAUNCH_KILL_GRACE_S" ]; do
     hpc_launch_tick
     hpc_launch_job_runs || exit 0
   done
@@ -74,6 +74,7 @@ hpc_launch_job_runs() {  # the script (pid $$) has not ended; a zombie nobody re
   kill -KILL -- "-$$"
 ) &
 HPC_LAUNCH_WALLTIME_PID=$!
+disown "$HPC_LAUNCH_WALLTIME_PID"  # its end (killed as the script exits) is no news for the log
 # Hosts this job finds bad (its checks append `HOST<TAB>REASON`); later jobs avoid them.
 HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
 export HPC_LAUNCH_BAD_HOSTS
