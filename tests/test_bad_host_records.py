@@ -98,6 +98,18 @@ def test_a_malformed_row_is_skipped_and_named_and_never_blocks_a_submit(store, t
     assert "'n3 n4;x'" in said and "skipped" in said and "hosts --forget" in said, notes
 
 
+def test_hosts_lists_the_good_rows_and_names_a_malformed_one(store, capsys):
+    from hpc_launch import cli
+
+    _put_row(store, "slurm", "n3 n4;x")
+    _put_row(store, "slurm", "n7")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["hosts"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0 and "n7" in out and "n3 n4" not in out, out
+    assert "'n3 n4;x'" in err and "--forget" in err, err
+
+
 def test_a_remembered_bad_localhost_never_makes_local_unusable(store, tmp_path):
     for host in _this_machine():
         _put_row(store, "local", host, "preflight: eth0 down")

@@ -394,6 +394,8 @@ def hosts(
         say(f"forgot {store.forget_bad_hosts(cluster, names or None)} host(s)")
         return
     found = store.bad_hosts(cluster)
+    for b in store.malformed_bad_hosts(cluster):  # never avoided: named, so they can be cleared
+        say(f"skipped a record of {b.cluster} that names no host: {b.host!r} (job {b.job_id}); --forget clears it")
     if json_:
         print_json([msgspec.structs.asdict(b) for b in found])
         return
