@@ -222,31 +222,124 @@ class Capsule(msgspec.Struct):
     runs: List[Dict[str, Any]]
 
 
+# What `show` and `rerun` read of capsule.json, typed: a damaged file is named with the key that
+# is wrong (msgspec says where), never met later as a KeyError. Other keys are not read here.
+class _File(msgspec.Struct):
+    path: str
+    bytes: int
+    sha256: Optional[str] = None
+
+
+class _Git(msgspec.Struct):
+    commit: str
+    root: str
+    branch: Optional[str] = None
+    changed: List[str] = []
+
+
+class _Code(msgspec.Struct):
+    kind: str
+    files: List[_File] = []
+    script: Optional[str] = None
+    source: Optional[str] = None
+    git: Optional[_Git] = None
+
+
+class _Launch(msgspec.Struct, frozen=True):
+    launcher: Optional[str] = None
+
+
+class _Profile(msgspec.Struct, frozen=True):
+    name: Optional[str] = None
+    dialect: Optional[str] = None
+    launch: _Launch = _Launch()
+    env: Dict[str, Any] = {}
+
+
+class _Manifest(msgspec.Struct):
+    name: str
+    cluster: str
+    code: _Code
+    submitted_at: float = 0.0
+    submitted_from: Optional[str] = None
+    hpc_launch: Optional[str] = None
+    nodes: Optional[int] = None
+    procs_per_node: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    walltime_s: Optional[int] = None
+    queue: Optional[str] = None
+    chain: int = 1
+    modules: List[str] = []
+    venv: Optional[str] = None
+    conda: Optional[str] = None
+    env: Dict[str, str] = {}
+    pass_env_names: List[str] = []
+    notify: Optional[str] = None
+    train_args: List[str] = []
+    profile: _Profile = _Profile()
+
+
+class DamagedCapsule(SpecError):
+    """A capsule file that cannot be read as written: which file, and what to do instead."""
+
+    def __init__(self, record: "JobRecord", path: str, what: str):
+        where = "" if record.host == LOCAL_HOST else f" on {record.host}"
+        super().__init__(
+            f"job {record.job_id}'s capsule file {path}{where} is damaged ({what}): it cannot say what was submitted",
+            hint=(
+                f"the job itself is not affected: `hpc-launch logs {record.job_id}` and its script "
+                f"{record.script_path} show what ran; to run it again, submit with --script FILE and its options"
+            ),
+        )
+
+
 MAX_READ_BYTES = 16 << 20  # capsule.json and runs.jsonl are kilobytes: more is not a capsule of ours
 
 
-def _read_text(transport: "Transport", path: str) -> Optional[str]:
-    """A capsule file's text, None when it is absent; a FIFO, a device or a file over MAX_READ_BYTES
-    put where it should be is one line, never a read that waits or never ends."""
+def _read_text(transport: "Transport", path: str, record: Optional["JobRecord"] = None) -> Optional[str]:
+    """The file's text; None when it is not there. Bounded: one bigger than MAX_READ_BYTES is damaged;
+    a FIFO or a device put where it should be is one line, never a read that waits or never ends."""
     from .paths import NotAUserFile
 
     data, offset = b"", 0
-    if transport.size(path) is None:
+    size = transport.size(path)
+    if size is None:
         return None
+    if size > MAX_READ_BYTES and record is not None:
+        raise DamagedCapsule(record, path, f"{size >> 20} MiB, more than a capsule file ever holds")
     try:
-        while True:
+        while len(data) <= MAX_READ_BYTES:
             chunk = transport.read_from(path, offset)
             if not chunk:
-                return data.decode("utf-8", "replace")
+                break
             data += chunk
             offset += len(chunk)
-            if offset > MAX_READ_BYTES:
-                raise SpecError(f"{path} is over 16 MiB: not a capsule file hpc-launch wrote")
     except NotAUserFile as exc:
+        if record is not None:
+            raise DamagedCapsule(record, path, f"{exc.strerror}: something else put it there") from None
         raise SpecError(
             f"{path} {exc.strerror}: not a capsule file hpc-launch wrote",
             hint="remove it (something else put it in the job's capsule)",
         ) from None
+    if len(data) > MAX_READ_BYTES:
+        if record is not None:
+            raise DamagedCapsule(record, path, "more than a capsule file ever holds")
+        raise SpecError(f"{path} is over 16 MiB: not a capsule file hpc-launch wrote")
+    return data.decode("utf-8", "replace")
+
+
+def _manifest(record: "JobRecord", path: str, text: str) -> Dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DamagedCapsule(record, path, f"not JSON: {exc.msg} at character {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise DamagedCapsule(record, path, f"a JSON {type(data).__name__}, not the object it was written as")
+    try:
+        msgspec.convert(data, _Manifest)
+    except msgspec.ValidationError as exc:
+        raise DamagedCapsule(record, path, str(exc).replace("`", "")) from None
+    return data
 
 
 def load(record: "JobRecord", transport: "Transport") -> Capsule:
@@ -256,20 +349,24 @@ def load(record: "JobRecord", transport: "Transport") -> Capsule:
             f"job {record.job_id} has no capsule (it was adopted, or submitted before jobs had capsules)",
             hint="its script is still there: `hpc-launch logs` and its record (`hpc-launch status --json`)",
         )
-    text = _read_text(transport, f"{path}/{CAPSULE_MANIFEST}")
+    manifest_path = f"{path}/{CAPSULE_MANIFEST}"
+    text = _read_text(transport, manifest_path, record)
     if text is None:
         where = "" if record.host == LOCAL_HOST else f" on {record.host}"
         raise SpecError(
             f"job {record.job_id}'s capsule {path}{where} is gone",
             hint="it lived in the job's work dir: was .hpc-launch/ removed there?",
         )
+    manifest = _manifest(record, manifest_path, text)
     runs = []
-    for line in (_read_text(transport, f"{path}/{CAPSULE_RUNS}") or "").splitlines():
+    for line in (_read_text(transport, f"{path}/{CAPSULE_RUNS}", record) or "").splitlines():
         try:
-            runs.append(json.loads(line))
+            run = json.loads(line)
         except ValueError:
             continue  # a line cut by a node that died while writing it
-    return Capsule(path, json.loads(text), runs)
+        if isinstance(run, dict):
+            runs.append(run)
+    return Capsule(path, manifest, runs)
 
 
 def read_code(capsule: Capsule, transport: "Transport") -> List[Tuple[str, bytes]]:

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 from .metrics_line import parse_line
 from .protocol import TRAINING_FINISHED
 
+
 # DeepSpeed's logger: `[2026-11-23 00:03:48,077] [WARNING] [runner.py:214:fetch_hostfile] ...`
 _DS_LOGGER = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[(DEBUG|INFO|WARNING)\] \[[\w.]+:\d+:\w+\]")
 # A Python warning, `path.py:83: FutureWarning: ...`, is followed by the source line it quotes.

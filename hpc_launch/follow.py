@@ -8,12 +8,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 from .display import LogFilter, format_summary, summarise
+from .terminal import visible
 from .logs import follow, read_exit_code, read_exit_time
 from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
 from .jobs.state import start_words
-from .protocol import EXIT_SIGINT, bad_hosts_in
+from .protocol import EXIT_SIGINT
 
 
 def _exit_code(state: JobState, code: Optional[int]) -> int:
@@ -51,12 +52,12 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         said["start"] = rec
         words = start_words(rec)
         if status is None and words:
-            sys.stderr.write(f"hpc-launch: {record.job_id}: waiting to start: {words}\n")
+            sys.stderr.write(f"hpc-launch: {record.job_id}: waiting to start: {visible(words)}\n")
 
     def on_comment(comment: str) -> None:
         said["comment"] = comment
         if status is None:  # not a terminal: one plain line per change
-            sys.stderr.write(f"hpc-launch: {record.job_id}: the scheduler says: {comment}\n")
+            sys.stderr.write(f"hpc-launch: {record.job_id}: the scheduler says: {visible(comment)}\n")
 
     def write(text: str) -> None:
         collected.append(text)
@@ -108,7 +109,7 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         rec.exit_code if rec.exit_code is not None else read_exit_code(transport, record.exit_path, record.script_name)
     )
     script_end = read_exit_time(transport, record.exit_path) if record.exit_path else None
-    sys.stderr.write(summary_block(rec, "".join(collected), final, code, script_end) + "\n")
+    sys.stderr.write(visible(summary_block(rec, "".join(collected), final, code, script_end)) + "\n")
     why = f" ({rec.comment})" if rec.comment else ""
     sys.stderr.write(
         f"hpc-launch: job {record.job_id} {final.value}"
@@ -213,7 +214,7 @@ def host_lines(rec: JobRecord, log_text: str) -> List[str]:
         lines.append(
             f"  hosts     straggler: {m.group(2)} (rank {m.group(1)}, {m.group(3)} slower than the median rank)"
         )
-    bad = extra.get("bad_hosts") or bad_hosts_in(log_text)
+    bad = extra.get("bad_hosts")  # what was remembered: a line in the log alone is no record
     if bad:
         lines.append(
             "  hosts     found bad: "

@@ -92,9 +92,12 @@ def job_workdir(spec: JobSpec, host: str, cwd: Optional[str]) -> str:
     return "~/" + workdir
 
 
-def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
+def remembered_bad_hosts(
+    cluster: str, *, here: bool = False, note: Callable[[str], Any] = lambda line: None
+) -> List["BadHost"]:
     """Hosts an earlier job on `cluster` found bad, not yet expired; none when no store exists yet
-    (a dry-run creates nothing)."""
+    (a dry-run creates nothing). A row that names no host is skipped and named, never refused as
+    an --exclude; `here`: never this machine (no scheduler: the jobs run from it)."""
     from .paths import no_bad_hosts_marker, store_path
 
     store = store_path()
@@ -103,7 +106,15 @@ def remembered_bad_hosts(cluster: str) -> List["BadHost"]:
     from .records import JobStore
 
     try:
-        return JobStore().bad_hosts(cluster)
+        jobs = JobStore()
+        skipped = jobs.malformed_bad_hosts(cluster)
+        if skipped:
+            note(
+                f"skipped {len(skipped)} bad-host record(s) of {cluster} that name no host: "
+                + ", ".join(f"{b.host!r} (job {b.job_id})" for b in skipped)
+                + f"; `hpc-launch hosts --forget --cluster {cluster}` clears them"
+            )
+        return jobs.bad_hosts(cluster, here=here)
     except HpcLaunchError:
         return []  # a store that cannot be read here is reported where it must be written
 
@@ -119,9 +130,10 @@ def prepare(
     """`note(line)` hears what the user should know (hosts avoided, or that cannot be)."""
     profile = profiles.load(spec.cluster, profile_file=profile_file)
     host = choose_host(spec, profile)
-    bad = [b for b in remembered_bad_hosts(profile.name) if b.host not in (spec.exclude or [])]
+    dialect = dialects.get(profile.dialect)
+    remembered = remembered_bad_hosts(profile.name, here=not dialect.has_scheduler, note=note)
+    bad = [b for b in remembered if b.host not in (spec.exclude or [])]
     if bad:
-        dialect = dialects.get(profile.dialect)
         names = ", ".join(f"{b.host} ({b.reason}, job {b.job_id})" for b in bad)
         if dialect.exclude_flags(["x"]) or not dialect.has_scheduler:
             spec = replace(spec, exclude=list(spec.exclude or []) + [b.host for b in bad])

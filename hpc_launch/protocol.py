@@ -25,6 +25,7 @@ EXIT_RESUMABLE = 75  # stopped for time at a complete checkpoint: the next chain
 EXIT_PREFLIGHT = 78  # the pre-flight gate found the job is not what was asked (EX_CONFIG): nothing trained
 EXIT_LOST_START = 79  # `where --submit`: another cluster's job started this training first; this copy did not train
 EXIT_HANG = 124  # the watchdog ended a hung job (as timeout(1) does when its time is up)
+EXIT_WALLTIME = 142  # no scheduler: hpc-launch ended the job at its walltime (128 + SIGALRM: its time ran out)
 EXIT_SIGINT = 130
 EXIT_SIGKILL = 137
 EXIT_SIGTERM = 143

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sqlite3
 import threading
@@ -70,6 +71,35 @@ class BadHost(msgspec.Struct, frozen=True):
     job_id: str  # the job that found it
     since: float
     until: float  # forgotten after this (protocol.BAD_HOST_TTL_S)
+
+
+# A bad-host row is the project's own: a host name, a reason one of its checks gives (the pre-flight
+# gate, the watchdog, the spares check, a node failure the scheduler names), never the machine the
+# user is on when the jobs run from it (no scheduler: `local`, where it would end every later job).
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
+BAD_HOST_ORIGINS = ("preflight:", "watchdog:", "spares check:", "node failure")
+
+
+def well_formed_host(host: object) -> bool:
+    return isinstance(host, str) and bool(_HOST_NAME.match(host))
+
+
+def this_machine() -> "set[str]":
+    """The names this machine answers to as a job's host (what a local job's checks would write)."""
+    import socket
+
+    name = socket.gethostname()
+    return {"localhost", "localhost.localdomain", "127.0.0.1", "::1", name, name.split(".")[0]}
+
+
+def recordable_bad_hosts(reasons: "dict[str, str]", *, here: bool) -> "dict[str, str]":
+    """What of a job's bad-hosts report may be remembered: `here` when its hosts include this machine."""
+    mine = this_machine() if here else set()
+    return {
+        host: reason
+        for host, reason in reasons.items()
+        if well_formed_host(host) and reason.startswith(BAD_HOST_ORIGINS) and host not in mine
+    }
 
 
 def adopt_command(cluster: str, job_id: str, workdir: str, name: str, script_path: str, host: str) -> str:
@@ -358,8 +388,10 @@ class JobStore:
 
     # ---- hosts found bad, remembered per cluster until they expire ---------------------------
 
-    def add_bad_hosts(self, cluster: str, reasons: "dict[str, str]", job_id: str, ttl_s: float) -> None:
-        """Remember `reasons` (host -> why) for `ttl_s`; a host seen bad again gets the new reason."""
+    def add_bad_hosts(self, cluster: str, reasons: "dict[str, str]", job_id: str, ttl_s: float) -> "dict[str, str]":
+        """Remember `reasons` (host -> why) for `ttl_s`; a host seen bad again gets the new reason.
+        A name that is not a host name is never written. Returns what was remembered."""
+        reasons = {host: reason for host, reason in reasons.items() if well_formed_host(host)}
         now = time.time()
         with self._write() as db:
             no_bad_hosts_marker(self.path).unlink(missing_ok=True)  # before the rows: never a marker beside them
@@ -369,9 +401,21 @@ class JobStore:
                     "reason, job_id, since, until) VALUES (?, ?, ?, ?, ?, ?)",
                     (cluster, host, reason, job_id, now, now + ttl_s),
                 )
+            self._mark_bad_hosts(db)
+        return reasons
 
-    def bad_hosts(self, cluster: Optional[str] = None) -> List["BadHost"]:
-        """The hosts still remembered as bad (expired ones are not), oldest first."""
+    def bad_hosts(self, cluster: Optional[str] = None, *, here: bool = False) -> List["BadHost"]:
+        """The hosts still remembered as bad (expired ones are not), oldest first. Rows that are
+        not a host name (an older version's, a hand edit) are left out: `malformed_bad_hosts`
+        names them. `here`: without this machine's names (a cluster with no scheduler)."""
+        mine = this_machine() if here else set()
+        return [b for b in self._bad_host_rows(cluster) if well_formed_host(b.host) and b.host not in mine]
+
+    def malformed_bad_hosts(self, cluster: Optional[str] = None) -> List["BadHost"]:
+        """The remembered rows `bad_hosts` leaves out because they name no host."""
+        return [b for b in self._bad_host_rows(cluster) if not well_formed_host(b.host)]
+
+    def _bad_host_rows(self, cluster: Optional[str]) -> List["BadHost"]:
         sql = "SELECT cluster, host, reason, job_id, since, until FROM bad_hosts WHERE until > ?"
         args: List[object] = [time.time()]
         if cluster:
@@ -379,7 +423,8 @@ class JobStore:
             args.append(cluster)
         with self._guard("read"), self._lock:
             rows = self._db.execute(sql + " ORDER BY since", args).fetchall()
-        return [BadHost(*row) for row in rows]
+        # a hand-edited row may hold a number where a name belongs: read as text, never a crash
+        return [BadHost(str(c), str(h), str(r), str(j), since, until) for c, h, r, j, since, until in rows]
 
     def forget_bad_hosts(self, cluster: Optional[str] = None, hosts: Optional[List[str]] = None) -> int:
         """Forget hosts (all of a cluster's, or those named); returns how many were forgotten."""

@@ -145,7 +145,7 @@ class ResolvedJob(msgspec.Struct):
     login: Optional[str]
     pass_env: List[str] = field(default_factory=list)
     notify: Optional[str] = None  # in pass_env too: the webhook URL travels as a secret
-    stop_before_s: int = 0  # 0: no deadline (no scheduler, no walltime)
+    stop_before_s: int = 0  # 0: no deadline
     chain: int = 1
     exclude: List[str] = field(
         default_factory=list
@@ -314,7 +314,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             f"--walltime {hms(walltime_s)} is above the {queue_name} maximum of {queue.max_walltime} {where}",
             hint=f"use --walltime {queue.max_walltime} or less",
         )
-    stop_before_s = _stop_before(spec, walltime_s) if dialect.has_scheduler else 0
+    # with no scheduler hpc-launch ends the job at its walltime (dialects/none.py): the same stop request first
+    stop_before_s = _stop_before(spec, walltime_s)
+    if not dialect.has_scheduler and spec.stop_before is None:
+        stop_before_s = min(stop_before_s, walltime_s // 2)
     if isinstance(spec.chain, bool) or not isinstance(spec.chain, int) or not 1 <= spec.chain <= MAX_CHAIN:
         raise SpecError(
             f"--chain must be a whole number from 1 to {MAX_CHAIN}, not {spec.chain!r}",

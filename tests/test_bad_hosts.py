@@ -297,7 +297,7 @@ def test_a_waiting_link_keeps_the_hosts_it_was_submitted_to_avoid(store, tmp_pat
     store.add(first)
     store.add(later)
     fake = FakeTransport()
-    fake.files[first.bad_hosts_path] = b"n2\thang\n"
+    fake.files[first.bad_hosts_path] = b"n2\twatchdog: rank 1 hung\n"  # as train/watchdog.py writes it
     store_outcome(store, first, Outcome(JobState.FAILED, 124), fake)
     assert ["scontrol", "update", "JobId=10", "ExcNodeList=n2,n5"] in fake.ran  # not n2 alone: --exclude n5 stays
     assert store.get("10", "slurm").extra["excluded"] == ["n2", "n5"]

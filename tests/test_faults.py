@@ -34,11 +34,15 @@ def sandbox(tmp_path):
 
 
 def _records(db: Path):
+    return _rows(db, "job_id, state")
+
+
+def _rows(db: Path, columns: str):
     if not db.exists():
         return []
     con = sqlite3.connect(str(db))
     try:
-        return con.execute("SELECT job_id, state FROM jobs").fetchall()
+        return con.execute(f"SELECT {columns} FROM jobs").fetchall()
     except sqlite3.OperationalError:  # interrupted while the store was first being created: no table yet
         return []
     finally:
@@ -48,6 +52,46 @@ def _records(db: Path):
 def _script_runs(work: Path):
     """Job logs the launcher created: one per job that really started."""
     return sorted(p for p in work.glob("train.o*") if not p.name.endswith((".exitcode", ".live")))
+
+
+def _processes_in(work: Path) -> list:
+    """(pid, args) of every live process whose working directory is `work`: a job's script,
+    launcher and ranks all run there (a zombie has no working directory: it is not counted)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "cwd") != str(work):
+                continue
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found.append((int(entry.name), args))
+    return found
+
+
+def _wait_until(condition, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+def assert_nothing_lost(hpc_launch_bin: str, work: Path, env: dict, db: Path) -> None:
+    """After every fault: 0 jobs lost (every job that started has a record), 0 duplicated (one
+    record per id, one start per record), and, once every recorded job is cancelled, 0 processes
+    left. A launcher still deciding whether to start is waited for first (a few seconds)."""
+    _wait_until(lambda: not any("hpc-launch-job" in args for _, args in _processes_in(work)), 10)
+    ids = [job_id for job_id, _ in _records(db)]
+    started = {p.name[len("train.o") :] for p in _script_runs(work)}
+    assert len(ids) == len(set(ids)), f"duplicated records: {ids}"
+    assert started <= set(ids), f"lost: job(s) {sorted(started - set(ids))} started with no record"
+    for job_id in ids:
+        subprocess.run([hpc_launch_bin, "cancel", job_id], cwd=work, env=env, capture_output=True, timeout=60)
+    assert _wait_until(lambda: not _processes_in(work), 15), f"processes left: {_processes_in(work)}"
 
 
 @pytest.mark.train  # twenty real local jobs: DeepSpeed's launcher (and torch) starts twenty times on two cores
@@ -103,6 +147,7 @@ def test_ctrl_c_at_any_moment_of_submit_follow_never_loses_the_job(hpc_launch_bi
     # Ctrl-C while the interpreter itself starts (CPython's "Fatal Python error", or the console
     # script's own `import re`) comes before any of our code; from the package's handler on, none
     assert "Traceback" not in err or not _frames_after_handler(err), err
+    assert_nothing_lost(hpc_launch_bin, work, env, db)
     started = _script_runs(work)
     recorded = _records(db)
     if not started:
@@ -117,10 +162,62 @@ def test_ctrl_c_at_any_moment_of_submit_follow_never_loses_the_job(hpc_launch_bi
     assert job_id in out  # the id was printed
     if proc.returncode == 130 and "keeps running" in err:
         assert f"hpc-launch logs -f {job_id}" in err
-    try:
-        os.killpg(int(job_id), signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+
+
+@pytest.fixture(scope="module")
+def submit_seconds(tmp_path_factory) -> float:
+    """How long one whole `submit --cluster local` takes on this machine (its job cancelled)."""
+    base = tmp_path_factory.mktemp("timing")
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(base / "state"), HPC_LAUNCH_CONFIG_DIR=str(base / "config"))
+    (base / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    argv = [str(Path(__import__("sys").executable).parent / "hpc-launch"), "submit", "--cluster", "local"]
+    began = time.monotonic()
+    r = subprocess.run(argv + ["--script", "slow.py"], cwd=base, env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - began
+    assert r.returncode == 0, r.stderr
+    subprocess.run(argv[:1] + ["cancel", r.stdout.strip()], cwd=base, env=env, capture_output=True, timeout=60)
+    return took
+
+
+def _store_held(db: Path) -> sqlite3.Connection:
+    """The job store's write lock, taken as another hpc-launch process writing it would."""
+    con = sqlite3.connect(str(db), isolation_level=None, timeout=30)
+    con.execute("BEGIN IMMEDIATE")
+    return con
+
+
+@pytest.mark.parametrize(
+    "moment",
+    # a fraction of a whole submit's time; "busy+S": S s after the job's files are written while
+    # another process holds the store (the record waits: the moment between start and record, widened)
+    [0.2, 0.4, 0.55, 0.65, 0.75, 0.85, 0.95, 1.2, "busy+0.0", "busy+0.3", "busy+1.0"],
+)
+def test_kill_9_of_submit_at_any_moment_never_leaves_a_job_unrecorded(hpc_launch_bin, sandbox, submit_seconds, moment):
+    """`kill -9` cannot be held off: whenever it lands, a job that starts has its record first
+    (issue 33: 0.35 s into a submit, a job ran on with no record and no message)."""
+    work, env, db = sandbox
+    proc = subprocess.Popen(
+        [hpc_launch_bin, "submit", "--cluster", "local", "--script", "slow.py", "--gpus-per-node", "1"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    held = None
+    if isinstance(moment, str):
+        scripts = work / ".hpc-launch"
+        assert _wait_until(lambda: any(scripts.glob("*.sh")), 30, 0.001), "the submit wrote no script"
+        held = _store_held(db)
+        time.sleep(float(moment.split("+")[1]))
+    else:
+        time.sleep(moment * submit_seconds)
+    proc.kill()
+    proc.wait(timeout=30)
+    if held is not None:
+        held.execute("ROLLBACK")
+        held.close()
+    assert_nothing_lost(hpc_launch_bin, work, env, db)
 
 
 @pytest.mark.parametrize("after", [False, True])
@@ -247,3 +344,68 @@ def test_kill_9_of_one_rank_fails_the_job_and_is_not_a_cancel(hpc_launch_bin, sa
     while time.monotonic() < deadline and subprocess.run(["pgrep", "-s", job_id], capture_output=True).returncode == 0:
         time.sleep(0.5)
     assert subprocess.run(["pgrep", "-s", job_id], capture_output=True).returncode != 0, "processes of the job are left"
+
+
+def _three_locals(work: Path, env: dict) -> dict:
+    profiles = work.parent / "profiles"
+    profiles.mkdir(exist_ok=True)
+    for name in ("local-b", "local-c"):
+        (profiles / f"{name}.yaml").write_text(f"name: {name}\nextends: local\n")
+    return dict(env, HPC_LAUNCH_CLUSTERS_DIR=str(profiles))
+
+
+WHERE_SUBMIT = ["where", "-c", "local,local-b,local-c", "--submit", "--script", "slow.py"]
+
+
+@pytest.fixture(scope="module")
+def where_submit_seconds(tmp_path_factory) -> float:
+    """How long `where --submit` to three local clusters takes here until it returns (--no-wait)."""
+    base = tmp_path_factory.mktemp("where-timing")
+    work = base / "work"
+    work.mkdir()
+    (work / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(base / "state"), HPC_LAUNCH_CONFIG_DIR=str(base / "config"))
+    env = _three_locals(work, env)
+    bin_ = str(Path(__import__("sys").executable).parent / "hpc-launch")
+    began = time.monotonic()
+    r = subprocess.run(
+        [bin_, *WHERE_SUBMIT, "--no-wait"], cwd=work, env=env, capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - began
+    assert r.returncode == 0, r.stderr
+    subprocess.run([bin_, "cancel", r.stdout.strip()], cwd=work, env=env, capture_output=True, timeout=60)
+    return took
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 1.5])
+def test_ctrl_c_of_where_submit_names_every_job_and_submits_no_more(
+    hpc_launch_bin, sandbox, where_submit_seconds, fraction
+):
+    """Issue 33: a terminal's Ctrl-C (SIGINT to the whole foreground group, the submit commands
+    too) while `where --submit` submits to three clusters: every job submitted is named, nothing
+    more is submitted, no "bash refused the job", no job's script deleted under it."""
+    work, env, db = sandbox
+    env = _three_locals(work, env)
+    proc = subprocess.Popen(
+        [hpc_launch_bin, *WHERE_SUBMIT],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(fraction * where_submit_seconds)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    said = out + err
+    assert "refused the job" not in said, said
+    assert "Traceback" not in err or not _frames_after_handler(err), err
+    rows = _rows(db, "job_id, cluster, script_path")
+    for job_id, cluster, script in rows:
+        assert f"{cluster}: job {job_id}" in said or f"{cluster} job {job_id}" in said, (job_id, said)
+        assert Path(script).exists(), f"the script of recorded job {job_id} was deleted"
+    if rows:
+        assert re.search(r"first-\d{8}-\d{6}-[0-9a-f]{4}", out), said  # the group's id, for status and cancel
+    assert_nothing_lost(hpc_launch_bin, work, env, db)

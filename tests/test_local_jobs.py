@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from hpc_launch import dialects, jobs
+from hpc_launch.dialects.none import release_path
 from hpc_launch.records import JobRecord, JobStore
 from hpc_launch.states import JobState
 from hpc_launch.transport import LocalTransport
@@ -24,10 +25,11 @@ NONE = dialects.get("none")
 
 def test_parse_keeps_only_the_jobs_own_script():
     out = (
-        " 100   100 bash /w/.hpc-launch/train-a.sh\n"
-        " 200   200 bash /w/.hpc-launch/train-other.sh\n"  # pid 200 reused by another job's script
-        " 301   300 python -m train\n 302   300 python -m train\n"
-    )  # 300's script was killed
+        " 100   100 Ss   bash /w/.hpc-launch/train-a.sh\n"
+        " 200   200 Ss   bash /w/.hpc-launch/train-other.sh\n"  # pid 200 reused by another job's script
+        " 300   300 Zs   [bash] <defunct>\n"  # 300's script was killed; nothing reaped it
+        " 301   300 S    python -m train\n 302   300 Sl   python -m train\n 303   300 Z    [python] <defunct>\n"
+    )
     got = NONE._parse(out, {"100": "train-a.sh", "200": "train-b.sh", "300": "train-c.sh", "400": "train-d.sh"})
     assert got["100"].state == JobState.RUNNING
     assert "200" not in got and "400" not in got
@@ -39,6 +41,7 @@ def _start(tmp: Path, body: str, name: str = "train-x.sh"):
     (tmp / ".hpc-launch").mkdir(exist_ok=True)
     script = tmp / ".hpc-launch" / name
     script.write_text("#!/bin/bash\n" + body)
+    Path(release_path(str(script))).write_text("")  # recorded: it may start (submission.release)
     argv = NONE.submit_argv(str(script), log_prefix=str(tmp / "train.o"))
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     job_id = NONE.parse_submit(out)
@@ -121,3 +124,64 @@ def test_a_reused_pid_is_not_the_job_and_cancel_never_signals_it(tmp_path, store
     assert result.state == JobState.DONE and "had already ended" in result.message
     assert _alive(other_id), "cancel signalled a process that is not the job"
     os.killpg(int(other_id), signal.SIGKILL)
+
+
+# A PID 1 that does not reap (containers, some VMs): orphans are its children and, once they
+# exit, stay zombies. PR_SET_CHILD_SUBREAPER makes this small process that PID 1 for the job.
+_NO_REAPER = """
+import ctypes, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+print(subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout.strip(), flush=True)
+time.sleep(300)  # never waits for a child
+"""
+
+
+def _live(pgid: str) -> list:
+    """The group's processes that still run (a zombie has ended; nothing reaped it)."""
+    out = subprocess.run(["ps", "-o", "pid=,stat=", "-g", pgid], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if not line.split()[1].startswith("Z")]
+
+
+def _state_of(pid: str) -> str:
+    return subprocess.run(["ps", "-o", "stat=", "-p", pid], capture_output=True, text=True).stdout.strip()
+
+
+def test_a_killed_script_nobody_reaps_leaves_its_job_running_and_cancel_ends_it(tmp_path, store):
+    """Issue 33: under a PID 1 that never reaps, the killed script stays a zombie session leader;
+    `status` called the job failed and `cancel` refused while its ranks ran on."""
+    import sys
+
+    (tmp_path / ".hpc-launch").mkdir()
+    script = tmp_path / ".hpc-launch" / "train-z.sh"
+    script.write_text("#!/bin/bash\nsleep 60 &\nsleep 60 &\nwait\n")
+    Path(release_path(str(script))).write_text("")
+    argv = NONE.submit_argv(str(script), log_prefix=str(tmp_path / "train.o"))
+    reaper = subprocess.Popen([sys.executable, "-c", _NO_REAPER, *argv], stdout=subprocess.PIPE, text=True)
+    try:
+        job_id = NONE.parse_submit(reaper.stdout.readline())
+        rec = _record(store, tmp_path, job_id, script)
+        assert _wait(lambda: len(_live(job_id)) == 3)
+        os.kill(int(job_id), signal.SIGKILL)
+        assert _wait(lambda: _state_of(job_id).startswith("Z")), "the stand-in reaped the script"
+        got = jobs.refresh(store, [rec], lambda h: LocalTransport())[0]
+        assert got.state == "running" and "2 of its processes still run" in got.comment, got
+        result = jobs.cancel(store, got, LocalTransport(), sleep=lambda s: time.sleep(0.2))
+        assert result.state == JobState.CANCELLED, result
+        assert _wait(lambda: not _live(job_id)), f"processes left: {_live(job_id)}"
+    finally:
+        reaper.kill()
+        reaper.wait()
+
+
+def test_cancel_ends_a_job_whose_processes_are_stopped_and_says_so(tmp_path, store):
+    """Issue 33: SIGTERM waits while a process is stopped (SIGSTOP, Ctrl-Z): a cancel left all
+    three processes of the job behind. It continues them after the signal, and says so."""
+    job_id, script = _start(tmp_path, "sleep 60 &\nsleep 60 &\nwait\n")
+    rec = _record(store, tmp_path, job_id, script)
+    assert _wait(lambda: len(_live(job_id)) == 3)
+    os.killpg(int(job_id), signal.SIGSTOP)
+    assert _wait(lambda: all(_state_of(p).startswith("T") for p in _live(job_id)))
+    result = jobs.cancel(store, rec, LocalTransport(), confirm_s=10, sleep=lambda s: time.sleep(0.2))
+    assert result.state == JobState.CANCELLED, result
+    assert "3 stopped processes" in result.message, result.message
+    assert _wait(lambda: not _live(job_id)), f"processes left: {_live(job_id)}"

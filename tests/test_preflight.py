@@ -178,3 +178,29 @@ def test_a_build_lock_left_by_a_killed_op_build_is_removed_and_a_fresh_one_kept(
     os.utime(old, (1000.0, 1000.0))
     removed = dist.clear_stale_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path)}, now=1000.0 + dist.STALE_LOCK_S + 1)
     assert removed == [str(old)] and not old.exists() and new.exists()
+
+
+# ---- $HPC_LAUNCH_PREFLIGHT_TIMEOUT: a value that is no time is the gate's own refusal ------------
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf", "-inf", "1e999", "ten", "1e7"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_by_name(value):
+    with pytest.raises(PreflightError) as err:
+        preflight._timeout({protocol.ENV_PREFLIGHT_TIMEOUT: value})
+    assert protocol.ENV_PREFLIGHT_TIMEOUT in err.value.message and "seconds" in err.value.message
+    assert err.value.exit_code == protocol.EXIT_PREFLIGHT
+
+
+def test_a_timeout_of_seconds_is_taken_and_none_is_the_default():
+    assert preflight._timeout({protocol.ENV_PREFLIGHT_TIMEOUT: "600"}) == 600.0
+    assert preflight._timeout({protocol.ENV_PREFLIGHT_TIMEOUT: "2.5"}) == 2.5
+    assert preflight._timeout({}) == protocol.PREFLIGHT_TIMEOUT_S
+    assert preflight._timeout({protocol.ENV_PREFLIGHT_TIMEOUT: " "}) == protocol.PREFLIGHT_TIMEOUT_S
+
+
+def test_the_gate_refuses_a_nan_timeout_before_it_waits_for_anyone():
+    from train.rank_info import RankInfo
+
+    env = {protocol.ENV_PREFLIGHT_TIMEOUT: "nan", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    with pytest.raises(PreflightError, match="HPC_LAUNCH_PREFLIGHT_TIMEOUT"):
+        preflight.gate(RankInfo(1, 2, 1, 2, "test"), backend="gloo", env=env)

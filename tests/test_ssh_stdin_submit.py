@@ -291,11 +291,13 @@ def test_submit_over_ssh_sends_every_file_with_one_command(server, tmp_path, mon
     monkeypatch.setattr(paramiko.Channel, "exec_command", lambda ch, c: commands.append(c) or real_exec(ch, c))
     rec = submit(_prepared("local", workdir, pass_env=["MY_TOKEN"]), transport=t, store=JobStore(tmp_path / "j.sqlite"))
     assert sftp_writes == [] and seen["sftp"] == 1  # the work dir's home, resolved once
-    assert seen["sessions"] == 2, seen  # that SFTP session, and the submit command with the files
+    assert seen["sessions"] == 3, seen  # that SFTP session, the submit command with the files, the release
     assert Path(rec.script_path).exists() and stat.S_IMODE(Path(rec.script_path).stat().st_mode) == 0o755
     assert list((workdir / ".hpc-launch" / "capsules").glob("*/capsule.json"))
     assert SECRET not in Path(rec.script_path).read_text()
-    assert len(commands) == 1 and SECRET not in commands[0], "the value travels on stdin, never in the command"
+    # the submit command with the files, then the release once the job is recorded (dialects/none.py)
+    assert len(commands) == 2 and SECRET not in commands[0], "the value travels on stdin, never in the command"
+    assert "touch" in commands[1] and ".go" in commands[1]
     assert "base64" not in commands[0], "an ordinary submit needs no decoding on the login node"
     t.close()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import socket
 import struct
@@ -212,11 +213,26 @@ def _plural(n: int, word: str) -> str:
 # ---- the gate itself -----------------------------------------------------------------------------
 
 
+_MOST_TIMEOUT_S = 86400.0  # a day: more is no start-up, and timedelta/TCPStore take it
+
+
 def _timeout(env: Mapping[str, str]) -> float:
-    try:
-        return float(env.get(protocol.ENV_PREFLIGHT_TIMEOUT) or protocol.PREFLIGHT_TIMEOUT_S)
-    except ValueError:
+    """$HPC_LAUNCH_PREFLIGHT_TIMEOUT in seconds (unset or blank: the default). A value that is no
+    time to wait (nan, inf, 0, -1, a word) is the gate's own refusal, never a traceback."""
+    raw = (env.get(protocol.ENV_PREFLIGHT_TIMEOUT) or "").strip()
+    if not raw:
         return protocol.PREFLIGHT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= _MOST_TIMEOUT_S:  # also false for nan
+        raise PreflightError(
+            f"${protocol.ENV_PREFLIGHT_TIMEOUT}={raw!r} is not a number of seconds from 0 to {_MOST_TIMEOUT_S:.0f}",
+            hint=f"set it to the seconds every rank may take to start (default {protocol.PREFLIGHT_TIMEOUT_S:.0f}), "
+            "or unset it; nothing trained",
+        )
+    return value
 
 
 def _say(line: str) -> None:

@@ -81,6 +81,26 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.exit(rc if isinstance(rc, int) else 0)
 
 
+def _name_arguments(command: Any) -> None:
+    """A positional argument's help shows its name (JOB_ID), not also its type: typer prints
+    `<str>` beside every one. Its values are read as before (a plain string type)."""
+    try:  # typer >= 0.26 vendors click
+        from typer._click import types as click_types
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click import types as click_types  # type: ignore[no-redef]
+
+    class Named(click_types.StringParamType):
+        def get_metavar(self, param: Any, ctx: Any = None) -> str:
+            return ""
+
+    named = Named()
+    for sub in getattr(command, "commands", {}).values():
+        _name_arguments(sub)
+    for param in getattr(command, "params", []):
+        if param.param_type_name == "argument" and isinstance(param.type, click_types.StringParamType):
+            param.type = named
+
+
 def _typer_runner(args: List[str]) -> Runner:
     try:  # typer >= 0.26 vendors click
         from typer._click import exceptions as click_exc
@@ -93,6 +113,7 @@ def _typer_runner(args: List[str]) -> Runner:
 
         completion_init()
     command = get_command(_typer_app())
+    _name_arguments(command)
 
     def run() -> Any:
         return command.main(args=args, prog_name="hpc-launch", standalone_mode=False)

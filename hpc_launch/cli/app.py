@@ -173,8 +173,12 @@ def print_table(
     from rich.console import Console
     from rich.table import Table
 
+    from ..terminal import visible
+
     console = Console(width=width)
     table = Table(box=None, pad_edge=False)
+    # a cell may quote a scheduler or a job: never terminal control (terminal.visible)
+    rows = [[visible(cell) for cell in row] for row in rows]
     if fit is None:
         for col in columns:
             table.add_column(col)

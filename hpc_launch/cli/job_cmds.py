@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from ..terminal import visible
 from ..errors import HpcLaunchError
 from .app import app, complete_clusters, complete_jobs, print_json, print_table, say, show_jobs
 
@@ -66,7 +67,7 @@ def logs(
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         return
     text = _log_text(record, store, summary)
-    sys.stdout.write(text + "\n" if summary else text)
+    sys.stdout.write(text + "\n" if summary else text)  # the log itself is the job's own
 
 
 def _log_text(record, store, summary: bool) -> str:
@@ -74,7 +75,7 @@ def _log_text(record, store, summary: bool) -> str:
     from ..jobs import read_whole_log
 
     try:
-        return follow.summary_of(record, store) if summary else read_whole_log(record)
+        return visible(follow.summary_of(record, store)) if summary else read_whole_log(record)
     except FileNotFoundError:
         raise HpcLaunchError(
             f"the log {record.log_path} does not exist yet (job {record.state})",
@@ -226,7 +227,7 @@ def cancel(
     from ..jobs import cancel_ident
     from ..records import JobStore
 
-    sys.stderr.write("\n".join(cancel_ident(JobStore(), job_id, cluster)) + "\n")
+    sys.stderr.write(visible("\n".join(cancel_ident(JobStore(), job_id, cluster))) + "\n")
 
 
 @app.command()
@@ -347,10 +348,10 @@ def report(
         help="the parallel-efficiency floor for the proposed node count (0 < F <= 1)",
     ),
 ) -> None:
-    """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per
-    configuration; for one job also its loss and samples/s over steps (steps.png); for one
-    configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a
-    planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
+    """Report finished jobs: a table (Markdown, CSV) and charts of throughput and memory per \
+configuration; for one job also its loss and samples/s over steps (steps.png); for one \
+configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a \
+planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
     from ..report import Plan, report_jobs
 
     from ..walltime import parse_walltime
@@ -412,6 +413,8 @@ def hosts(
         say(f"forgot {store.forget_bad_hosts(cluster, names or None)} host(s)")
         return
     found = store.bad_hosts(cluster)
+    for b in store.malformed_bad_hosts(cluster):  # never avoided: named, so they can be cleared
+        say(f"skipped a record of {b.cluster} that names no host: {b.host!r} (job {b.job_id}); --forget clears it")
     if json_:
         print_json([msgspec.structs.asdict(b) for b in found])
         return

@@ -426,6 +426,18 @@ def where(
     name: Optional[str] = typer.Option(None, "--name", "-N", metavar="NAME", help="job name"),
     modules: Optional[str] = typer.Option(None, "--modules", metavar="A,B", help="comma-separated modules to load"),
     env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in the job"),
+    pass_env: List[str] = typer.Option(
+        [],
+        "--pass-env",
+        metavar="NAME",
+        help="NAME of a variable set in this shell (a secret), as submit takes it (repeatable)",
+    ),
+    notify: Optional[str] = typer.Option(
+        None,
+        "--notify",
+        metavar="NAME",
+        help="NAME of a variable set in this shell holding a webhook URL, as submit takes it",
+    ),
     script: Optional[str] = typer.Option(None, "--script", metavar="FILE", help="your own training script"),
     train_args: Optional[str] = typer.Option(
         None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint"
@@ -474,6 +486,8 @@ the job goes to each cluster, the first to start trains and the others are cance
         name=name,
         modules=modules,
         env=env,
+        pass_env=pass_env,
+        notify=notify,
         script=script,
         train_args=train_args,
         directives=directive,
@@ -502,7 +516,7 @@ the job goes to each cluster, the first to start trains and the others are cance
 
 def _first_start(clusters: List[str], spec_of, profile: List[str], no_wait: bool) -> int:
     """`where --submit`: the group id on stdout, each cluster's job (or refusal) and the outcome on stderr."""
-    from ..jobs.first_start import run
+    from ..jobs.first_start import Interrupted, run
 
     group = ""
 
@@ -515,6 +529,17 @@ def _first_start(clusters: List[str], spec_of, profile: List[str], no_wait: bool
 
     try:
         _, _, winner = run(clusters, spec_of, profile_file=profile, wait=not no_wait, note=say, on_submitted=submitted)
+    except Interrupted as stopped:
+        if not stopped.submitted:
+            say("interrupted: nothing was submitted or recorded")
+            return EXIT_SIGINT
+        submitted(stopped.group, stopped.submitted)
+        say(
+            f"interrupted: nothing more is submitted; the {len(stopped.submitted)} job(s) of {stopped.group} above "
+            f"stay queued and the first to start trains (its gate stops the others). `hpc-launch status "
+            f"{stopped.group}` shows them, `hpc-launch cancel {stopped.group}` ends them"
+        )
+        return EXIT_SIGINT
     except KeyboardInterrupt:
         if group:
             say(

@@ -59,6 +59,7 @@ class CancelOutcome(msgspec.Struct, frozen=True):
     sent: bool  # the scheduler took the request (the job ends asynchronously)
     already_ended: bool = False  # the job had finished or left before the request
     message: str = ""  # the scheduler's words, one line
+    note: str = ""  # what the cancel did beyond asking, for the user (no scheduler: stopped processes continued)
 
 
 # Messages that mean "the scheduler did not take the job, try again later" (nothing was created).

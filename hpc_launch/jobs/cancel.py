@@ -67,16 +67,24 @@ def cancel(
         if got.state.terminal:
             if outcome.already_ended and got.state != JobState.CANCELLED:
                 return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "had already ended"))
-            return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "ended"))
+            line = _noted(_ended_line(record.job_id, got, "ended"), outcome.note)
+            return CancelResult(got.state, got.exit_code, line)
         if time.monotonic() >= deadline:
             return CancelResult(
                 got.state,
                 None,
-                f"cancel of {record.job_id} requested; the scheduler still reports it "
-                f"{got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends",
+                _noted(
+                    f"cancel of {record.job_id} requested; the scheduler still reports it "
+                    f"{got.state.value} ({got.raw}): `hpc-launch status {record.job_id}` shows when it ends",
+                    outcome.note,
+                ),
             )
         sleep(delay)
         delay = CANCEL_POLL.after(delay)
+
+
+def _noted(line: str, note: str) -> str:
+    return f"{line}; {note}" if note else line
 
 
 def _ended_line(job_id: str, got: Outcome, verb: str) -> str:
@@ -114,6 +122,8 @@ def cancel_group(
         outcome = dialect.parse_cancel(result.rc, result.out, result.err)
         if not outcome.sent and not outcome.already_ended:
             lines.append(f"could not cancel {target}: {outcome.message}")
+        elif outcome.note:
+            lines.append(f"job {target}: {outcome.note}")
     deadline = time.monotonic() + confirm_s
     delay = CANCEL_POLL.first
     pending = active

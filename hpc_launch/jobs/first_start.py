@@ -50,6 +50,15 @@ class Entrant:
     refused: str = ""  # not submitted: why (one line)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while the group was being submitted: nothing more was; these jobs were."""
+
+    def __init__(self, group: str, submitted: List[Entrant]):
+        super().__init__(group)
+        self.group = group
+        self.submitted = submitted
+
+
 def group_id(now: Optional[datetime] = None) -> str:
     return f"first-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}-{token.token_hex(2)}"
 
@@ -97,20 +106,26 @@ def submit_first_start(
     link = transport(hosts[0])
     workdir = link.resolve_path(prepared[0][1].job.workdir)
     claim = f"{workdir}/.hpc-launch/{group}.claim"
-    for i, (cluster, _) in enumerate(prepared):
-        spec = spec_of(cluster)
-        spec = replace(spec, env={**(spec.env or {}), CLAIM_ENV: claim})
-        # one stamp each: the scripts of one group may share a work dir
-        stamp = (first + timedelta(milliseconds=i)).strftime("%Y%m%d-%H%M%S-%f")[:-3]
-        try:
-            ready = prepare(spec, profile_file=profile_file, stamp=stamp, note=note)
-            record = submit(ready, store=store)
-        except (SpecError, ProfileError, SchedulerError, TransportError) as err:
-            entrants.append(Entrant(cluster, refused=err.one_line()))
-            continue
+
+    def joined(record: JobRecord) -> None:
+        """Runs while submit holds interrupts: the job is in the group the moment it is recorded."""
         extra = {**(record.extra or {}), GROUP_KEY: group, CLAIM_KEY: claim}
         store.update(record.cluster, record.job_id, extra=extra)
-        entrants.append(Entrant(cluster, record=store.get(record.job_id, record.cluster)))
+        entrants.append(Entrant(record.cluster, record=store.get(record.job_id, record.cluster)))
+
+    try:
+        for i, (cluster, _) in enumerate(prepared):
+            spec = spec_of(cluster)
+            spec = replace(spec, env={**(spec.env or {}), CLAIM_ENV: claim})
+            # one stamp each: the scripts of one group may share a work dir
+            stamp = (first + timedelta(milliseconds=i)).strftime("%Y%m%d-%H%M%S-%f")[:-3]
+            try:
+                ready = prepare(spec, profile_file=profile_file, stamp=stamp, note=note)
+                submit(ready, store=store, on_recorded=joined)
+            except (SpecError, ProfileError, SchedulerError, TransportError) as err:
+                entrants.append(Entrant(cluster, refused=err.one_line()))
+    except KeyboardInterrupt:  # Ctrl-C stops the group: no more is submitted, what was is named
+        raise Interrupted(group, [e for e in entrants if e.record is not None]) from None
     order = {c: i for i, c in enumerate(clusters)}
     entrants.sort(key=lambda e: order[e.cluster])
     if not any(e.record for e in entrants):

@@ -54,7 +54,7 @@ def signals_held() -> Iterator[List[int]]:
             signal.signal(sig, handler)
 
 
-def _find_submitted(dialect: Dialect, transport: Transport, cwd: str, script_relpath: str) -> Optional[str]:
+def find_submitted(dialect: Dialect, transport: Transport, cwd: str, script_relpath: str) -> Optional[str]:
     """The id of the job this submission created, if the scheduler shows one; None if it cannot tell."""
     try:
         return dialect.find_submitted(lambda argv: transport.run(argv, cwd=cwd, timeout=60), script_relpath)
@@ -86,7 +86,7 @@ def run_submit(
         except TransportError as exc:
             if not getattr(exc, "maybe_ran", False):
                 raise
-            found = _find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
+            found = find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
             if found:
                 return found
             raise TransportError(
@@ -97,7 +97,7 @@ def run_submit(
             try:
                 return dialect.parse_submit(result.out)
             except SchedulerError:
-                found = _find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
+                found = find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
                 if found:  # a site wrapper printed something unexpected, but the job exists
                     return found
                 raise
@@ -105,7 +105,7 @@ def run_submit(
         last_err = (result.err or result.out).strip()
         if dialect.is_transient(last_err):
             # "Socket timed out" and the like: the scheduler may have created the job anyway
-            found = _find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
+            found = find_submitted(dialect, transport, cwd, script_relpath) if script_relpath else None
             if found:
                 return found
             if attempt < SUBMIT_ATTEMPTS:

@@ -37,11 +37,12 @@ from ..protocol import (
     EXIT_SIGINT,
     EXIT_SIGKILL,
     EXIT_SIGTERM,
+    EXIT_WALLTIME,
     LOCAL_HOST,
     kept_off_in,
     parse_bad_hosts_file,
 )
-from ..records import JobRecord, JobStore
+from ..records import JobRecord, JobStore, recordable_bad_hosts
 from ..states import JobState
 from ..transport.base import Transport
 from .connect import TransportFor, transport_for
@@ -57,7 +58,7 @@ def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
     asked = cancel_requested(rec)
     if code == 0:
         return JobState.DONE
-    if code == EXIT_RESUMABLE:
+    if code in (EXIT_RESUMABLE, EXIT_WALLTIME):
         return JobState.TIMEOUT
     if code == EXIT_LOST_START:  # its start gate stopped it: another cluster trains this (where --submit)
         return JobState.CANCELLED
@@ -80,6 +81,11 @@ def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
     if code == EXIT_RESUMABLE:
         return (
             "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
+        )
+    if code == EXIT_WALLTIME:
+        return (
+            "no scheduler here, so hpc-launch ended the job at its walltime (SIGTERM, then SIGKILL to what "
+            "still ran after the grace): ask for more with --walltime, or let the trainer checkpoint and resume"
         )
     if code == EXIT_HANG:
         return (
@@ -255,10 +261,10 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     elif got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
         extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
-        bad = bad_hosts_of(transport, rec, got)
+        here = not dialects.get(rec.dialect).has_scheduler  # its hosts may be this machine (records.py)
+        bad = recordable_bad_hosts(bad_hosts_of(transport, rec, got), here=here)
         if bad:
-            store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
-            extra["bad_hosts"] = bad
+            extra["bad_hosts"] = store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
             avoid_in_later_links(store, rec, transport)
     if extra != (rec.extra or {}):
         fields["extra"] = extra

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Optional, cast
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, cast
 
 from .. import capsule, dialects, secrets
 from ..dialects import Dialect
-from ..errors import SpecError
+from ..dialects.none import RELEASE_WAIT_S, release_path
+from ..errors import HpcLaunchError, SchedulerError, SpecError, TransportError
 from ..paths import read_user_file
 from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
 from ..profiles import Profile
@@ -24,6 +26,7 @@ from .placing import (
     add_or_explain,
     discard,
     discard_empty_dirs,
+    find_submitted,
     opened,
     placed,
     record_for,
@@ -71,16 +74,21 @@ def submit(
             if secrets_path:  # after the check: a refused job never had its values written
                 queue(ahead, secrets_path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
             with signals_held() as caught:
-                job_id = run_submit(
-                    cast(Transport, ahead),
-                    prepared.script.submit_argv,
-                    workdir,
-                    dialect,
-                    script_text=prepared.script.text,
-                    env=secrets.submit_env(job.pass_env),
-                    script_relpath=prepared.script.script_relpath,
-                    sleep=sleep,
-                )
+                try:
+                    job_id = run_submit(
+                        cast(Transport, ahead),
+                        prepared.script.submit_argv,
+                        workdir,
+                        dialect,
+                        script_text=prepared.script.text,
+                        env=submitter_env(dialect, prepared.host, dict(secrets.submit_env(job.pass_env) or {})),
+                        script_relpath=prepared.script.script_relpath,
+                        sleep=sleep,
+                    )
+                except (SchedulerError, TransportError):
+                    if not caught:
+                        raise
+                    job_id = interrupted_submit(dialect, transport, workdir, prepared)
                 record = record_for(
                     profile,
                     dialect,
@@ -96,8 +104,14 @@ def submit(
                     record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
                 if job.exclude:  # kept off by the scheduler: the summary says so
                     record.extra = {**record.extra, "excluded": list(job.exclude)}
-                add_or_explain(store, record, prepared)
+                try:
+                    add_or_explain(store, record, prepared)
+                except NotRecorded:  # its message names the job and its `adopt` line: it may run
+                    release(transport, dialect, record)
+                    raise
                 recorded = True
+                written.clear()  # the job's files now: never removed by a failure after this
+                release(transport, dialect, record)
                 if on_recorded is not None:
                     on_recorded(record)
                 previous = job_id
@@ -126,6 +140,47 @@ def submit(
     finally:
         if own_transport:
             transport.close()
+
+
+def interrupted_submit(dialect: Dialect, transport: Transport, workdir: str, prepared: "Prepared") -> str:
+    """A terminal's Ctrl-C reaches the submit command too: its failure then is no refusal.
+    The job it may have created before it died is recorded; else the interrupt goes on, and
+    nothing was submitted (with no scheduler an unreleased job never starts: dialects/none.py)."""
+    found = find_submitted(dialect, transport, workdir, prepared.script.script_relpath)
+    if found:
+        return found
+    raise KeyboardInterrupt
+
+
+def submitter_env(
+    dialect: Dialect, host: str, env: Optional[Dict[str, Optional[str]]]
+) -> Optional[Dict[str, Optional[str]]]:
+    """With no scheduler, the launched job waits for its record (dialects/none.py); on this
+    machine it also watches this process, so a submit killed before the record starts nothing."""
+    if dialect.has_scheduler or host != LOCAL_HOST:
+        return env
+    return {**(env or {}), "HPC_LAUNCH_SUBMITTER": str(os.getpid())}
+
+
+def release(transport: Transport, dialect: Dialect, record: JobRecord) -> None:
+    """Let a job with no scheduler start: its record exists now (or the user has its adopt line)."""
+    if dialect.has_scheduler:
+        return
+    path = release_path(record.script_path)
+    try:
+        if record.host == LOCAL_HOST:  # in this process: a Ctrl-C to the terminal's group cannot cut it
+            transport.put_text(path, "", mode=0o600)
+            problem = ""
+        else:  # one command (no SFTP session): the job's files went with the submit command
+            done = transport.run(["touch", "--", path], timeout=60)
+            problem = "" if done.rc == 0 else (done.err.strip() or f"touch exit code {done.rc}")
+    except (OSError, HpcLaunchError) as exc:
+        problem = str(getattr(exc, "strerror", None) or getattr(exc, "message", None) or exc)
+    if problem:
+        raise SpecError(
+            f"job {record.job_id} is recorded but could not be started: cannot write {path} ({problem})",
+            hint=f"it gives up by itself within {RELEASE_WAIT_S} s; then submit again",
+        )
 
 
 def write_capsule(ahead: FilesAhead, prepared: "Prepared", workdir: str, written: List[str]) -> str:

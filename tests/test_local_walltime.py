@@ -1,0 +1,78 @@
+"""No scheduler ends a `local` job at its walltime, so hpc-launch does (issue 28: `-t 00:02:00`
+ran past six minutes): the stop request first (the trainer's deadline), SIGTERM to every process
+of the job at the walltime, SIGKILL after the grace; the job ends `timeout` and says why.
+Real local jobs with a walltime of seconds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from envutil import scheduler_env_cleared
+from test_faults import _processes_in, _wait_until
+
+
+def _submit(hpc_launch_bin, work: Path, env: dict, script: str, walltime: str) -> str:
+    r = subprocess.run(
+        [hpc_launch_bin, "submit", "-c", "local", "-g", "1", "--script", script, "-t", walltime],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def _status(hpc_launch_bin, work: Path, env: dict, job: str) -> dict:
+    out = subprocess.run(
+        [hpc_launch_bin, "status", "--json", job], cwd=work, env=env, capture_output=True, text=True, timeout=60
+    )
+    return json.loads(out.stdout)[0]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict:
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"), **extra)
+    return env
+
+
+def test_a_local_job_is_ended_at_its_walltime_and_says_so(hpc_launch_bin, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "long.py").write_text("import time\nprint('ran', flush=True)\ntime.sleep(120)\n")
+    env = _env(tmp_path)
+    began = time.monotonic()
+    job = _submit(hpc_launch_bin, work, env, "long.py", "00:00:04")
+    assert _wait_until(lambda: _status(hpc_launch_bin, work, env, job)["state"] not in ("queued", "running"), 60, 1)
+    took = time.monotonic() - began
+    got = _status(hpc_launch_bin, work, env, job)
+    assert got["state"] == "timeout" and got["exit_code"] == 142, got
+    assert "no scheduler" in got["comment"] and "walltime" in got["comment"], got
+    assert 4 <= took < 30, took
+    log = (work / f"train.o{job}").read_text()
+    assert "[hpc-launch] walltime 00:00:04 reached" in log, log
+    summary = subprocess.run(
+        [hpc_launch_bin, "logs", "--summary", job], cwd=work, env=env, capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "walltime 00:00:04 reached" in summary, summary
+    assert _wait_until(lambda: not _processes_in(work), 10), _processes_in(work)
+
+
+def test_a_job_that_ignores_the_stop_is_killed_after_the_grace(hpc_launch_bin, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "stubborn.py").write_text(
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ran', flush=True)\n"
+        "while True:\n    time.sleep(1)\n"
+    )
+    env = _env(tmp_path, HPC_LAUNCH_KILL_GRACE_S="2")
+    job = _submit(hpc_launch_bin, work, env, "stubborn.py", "00:00:08")  # time to start: it must ignore the SIGTERM
+    assert _wait_until(lambda: _status(hpc_launch_bin, work, env, job)["state"] not in ("queued", "running"), 60, 1)
+    got = _status(hpc_launch_bin, work, env, job)
+    assert got["state"] == "timeout" and got["exit_code"] == 142, got
+    assert "SIGKILL" in (work / f"train.o{job}").read_text()
+    assert _wait_until(lambda: not _processes_in(work), 10), _processes_in(work)
