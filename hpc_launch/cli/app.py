@@ -264,8 +264,11 @@ def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> No
 
 def print_lines(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A table for a reader that is not a terminal: one line per row, columns padded to their
-    widest cell and two spaces apart (as the terminal's table), a cell's line breaks as spaces."""
-    cells = [[" ".join(str(c).splitlines()) for c in row] for row in [columns, *rows]]
+    widest cell and two spaces apart (as the terminal's table), a cell's line breaks as spaces; never
+    terminal control (a cell may quote a scheduler or a job: terminal.visible)."""
+    from ..terminal import visible
+
+    cells = [[visible(" ".join(str(c).splitlines())) for c in row] for row in [columns, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     for row in cells:
         sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
