@@ -123,7 +123,7 @@ def prepare(
     if bad:
         dialect = dialects.get(profile.dialect)
         names = ", ".join(f"{b.host} ({b.reason}, job {b.job_id})" for b in bad)
-        if dialect.exclude_flags(["x"]) or not dialect.has_scheduler:
+        if dialect.supports(dialects.HostExclusion) or not dialect.has_scheduler:
             spec = replace(spec, exclude=list(spec.exclude or []) + [b.host for b in bad])
             note(
                 f"avoiding {len(bad)} host(s) an earlier job found "

@@ -318,6 +318,21 @@ class _Lsf(dialects.Dialect):
     name = "lsf"
     nodefile_vars = ("LSB_DJOB_HOSTFILE",)
 
+    def parse_submit(self, out):
+        return out.strip()
+
+    def depend_flags(self, job_id):
+        return ["-w", f"ended({job_id})"]
+
+    def status_argv(self, job_ids):
+        return ["bjobs", *job_ids]
+
+    def parse_status(self, out, job_ids):
+        return {}
+
+    def cancel_argv(self, job_id):
+        return ["bkill", job_id]
+
 
 @pytest.fixture
 def lsf_registered(monkeypatch):

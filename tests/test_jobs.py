@@ -43,6 +43,18 @@ class ScriptedDialect(Dialect):
     def cancel_argv(self, job_id):
         return ["qdel", job_id]
 
+    def parse_submit(self, out):
+        return out.strip()
+
+    def depend_flags(self, job_id):
+        return ["-W", f"depend=afterany:{job_id}"]
+
+    def status_argv(self, job_ids):
+        return ["qstat", *job_ids]
+
+    def parse_status(self, out, job_ids):
+        return {}  # `query` answers from the script above
+
     def parse_cancel(self, rc, out, err):
         if rc == 0:
             return CancelOutcome(sent=True)

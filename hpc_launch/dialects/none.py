@@ -83,6 +83,9 @@ class NoScheduler(Dialect):
                 )
         return result
 
+    def depend_flags(self, job_id: str) -> List[str]:
+        raise NotImplementedError(f"{self.name} cannot hold a job for another")  # spec refuses --chain here
+
     def cancel_argv(self, job_id: str) -> List[str]:
         # the whole process group: the launcher and every rank it started
         return ["kill", "-TERM", "--", f"-{job_id}"]

@@ -14,7 +14,22 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, WouldStart, last_matching_line
+from .base import (
+    Arrays,
+    CancelOutcome,
+    ChainHandOff,
+    Dialect,
+    FailureWording,
+    PendingExclusion,
+    RestartNotice,
+    Run,
+    StartEstimate,
+    StartEstimates,
+    StatusInfo,
+    TestSubmission,
+    WouldStart,
+    last_matching_line,
+)
 from .slurm_options import line_options, long_option, short_options
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
@@ -168,7 +183,9 @@ def exit_status(value: str) -> Optional[int]:
     return 128 + sig if sig and not code else code
 
 
-class Slurm(Dialect):
+class Slurm(
+    Arrays, PendingExclusion, StartEstimates, TestSubmission, FailureWording, ChainHandOff, RestartNotice, Dialect
+):
     name = "slurm"
     title = "Slurm"
     directive_prefix = "#SBATCH"
@@ -288,8 +305,6 @@ class Slurm(Dialect):
         return result
 
     # ---- when a queued job starts ---------------------------------------------------------------
-    estimates_start = True
-
     @staticmethod
     def start_argv(job_ids: Sequence[str]) -> List[str]:
         # squeue(1) --start: the backfill scheduler's expected start (%S) of pending jobs only.
@@ -325,7 +340,7 @@ class Slurm(Dialect):
         return result
 
     # ---- before submitting: sbatch --test-only ---------------------------------------------------
-    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
+    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> List[str]:
         # sbatch(1) --test-only: "validate the batch script and return an estimate of when a job
         # would be scheduled to run ... The job is not actually submitted". SLURM_TIME_FORMAT=%s
         # (honoured by sbatch 22.05 on the testbed): epoch seconds, not local time without a zone.

@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from msgspec.structs import replace as replace_struct
 
 from .. import dialects, notify_relay
-from ..dialects import Dialect, StatusInfo
+from ..dialects import ChainHandOff, Dialect, PendingExclusion, StartEstimates, StatusInfo
+from ..dialects.base import StartEstimate
 from ..errors import HpcLaunchError, SchedulerError, TransportError
 from ..logs import read_exit_code
 from ..protocol import (
@@ -124,8 +125,10 @@ def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
     # a job the scheduler says cannot start as it is has no start to estimate
     queued = [job for job, got in answers.items() if got.state == JobState.QUEUED and not got.never_runs]
     if queued:  # one more command, only while some wait
+        estimates: Dict[str, StartEstimate] = {}
         try:
-            estimates = dialect.start_estimates(run, queued)
+            if isinstance(dialect, StartEstimates):
+                estimates = dialect.start_estimates(run, queued)
         except (SchedulerError, TransportError):
             estimates = {}  # a courtesy: never what stops a refresh
         for job in queued:
@@ -238,7 +241,7 @@ def start_words(rec: JobRecord, now: Optional[float] = None) -> str:
         when = f"in {span_words(left)}" if left >= 60 else "any moment (the estimate is due)"
     elif not dialect.has_scheduler:
         return reason
-    elif dialect.estimates_start:
+    elif dialect.supports(StartEstimates):
         when = "not estimated yet"
     else:  # the scheduler has none to give: say so rather than guess
         when = f"no estimate from {dialect.title}"
@@ -280,7 +283,7 @@ def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str
         bad.update(parse_bad_hosts_file(data.decode("utf-8", "replace")))
     except (OSError, HpcLaunchError):
         pass
-    patterns = dialects.get(rec.dialect).failure_wording.get("node_failure", ())
+    patterns = dialects.scheduler_words(dialects.get(rec.dialect), "node_failure")
     if got.state == JobState.FAILED and patterns:
         tail = _log_tail(transport, rec)
         for pattern in patterns:
@@ -298,9 +301,9 @@ def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) 
     chain = (rec.extra or {}).get("chain")
     dialect = dialects.get(rec.dialect)
     hosts = sorted({b.host for b in store.bad_hosts(rec.cluster)})
-    if not chain or not hosts or dialect.exclude_pending_argv("x", hosts) is None:
+    if not chain or not hosts or not isinstance(dialect, PendingExclusion):
         return []
-    kept_off = kept_off_in(_log_tail(transport, rec)) if dialect.keep_dependents_off_shell else {}
+    kept_off = kept_off_in(_log_tail(transport, rec)) if dialect.supports(ChainHandOff) else {}
     changed = []
     for later in store.list(cluster=rec.cluster, limit=10000):
         extra = later.extra or {}
