@@ -12,6 +12,11 @@ Who decides a job's state, in order:
 A cancel counts only when it was asked for (by us, recorded before the request went out) or the
 scheduler says so: a SIGTERM or SIGKILL nobody asked for (walltime, out-of-memory killer) is a
 failure, not a cancel.
+
+Reading a job does more than read it (`refresh`, `state_poller`: `status`, `list -r`, `logs -f`):
+after its new state is stored come the after-steps, named in `AFTER_ENDING` (a job that has just
+ended: its bad hosts are recorded for the cluster, and its chain's waiting links are moved off
+them) and `AFTER_READING` (every read: the --notify messages its jobs left for a relay are sent).
 """
 
 from __future__ import annotations
@@ -258,11 +263,8 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     elif got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
         extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
-        bad = bad_hosts_of(transport, rec, got)
-        if bad:
-            store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
-            extra["bad_hosts"] = bad
-            avoid_in_later_links(store, rec, transport)
+        for _, step in AFTER_ENDING:
+            step(store, rec, got, transport, extra)
     if extra != (rec.extra or {}):
         fields["extra"] = extra
     if got.exit_code is not None:
@@ -272,6 +274,49 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     if got.state.terminal and rec.end_time is None:
         fields["end_time"] = time.time()
     store.update(rec.cluster, rec.job_id, **fields)
+
+
+def record_bad_hosts(
+    store: JobStore, rec: JobRecord, got: Outcome, transport: Transport, extra: Dict[str, Any]
+) -> None:
+    """After-step: the hosts a job that just ended found bad, remembered for its cluster (later
+    jobs avoid them) and in its record's `extra["bad_hosts"]`."""
+    bad = bad_hosts_of(transport, rec, got)
+    if bad:
+        store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
+        extra["bad_hosts"] = bad
+
+
+def keep_waiting_links_off(
+    store: JobStore, rec: JobRecord, got: Outcome, transport: Transport, extra: Dict[str, Any]
+) -> None:
+    """After-step: once a link found bad hosts, its chain's links that wait are changed to avoid
+    them, where the scheduler can change a waiting job (`avoid_in_later_links`)."""
+    if extra.get("bad_hosts"):
+        avoid_in_later_links(store, rec, transport)
+
+
+def relay_notifications(store: JobStore, records: List[JobRecord], transport: Transport) -> None:
+    """After-step: this side has a network: send the --notify messages the jobs could not."""
+    notify_relay.relay(store, records, transport)
+
+
+AfterEnding = Callable[[JobStore, JobRecord, "Outcome", Transport, Dict[str, Any]], None]
+AfterReading = Callable[[JobStore, List[JobRecord], Transport], None]
+# What storing a job's new state also does, in order, when the job has just ended (its record's
+# `extra` is written after them: a step may add to it).
+AFTER_ENDING: Tuple[Tuple[str, AfterEnding], ...] = (
+    ("record the hosts it found bad", record_bad_hosts),
+    ("keep the chain's waiting links off them", keep_waiting_links_off),
+)
+# What reading jobs also does, once their states are stored (`state_poller`: at a change of state
+# and every RELAY_EVERY_S).
+AFTER_READING: Tuple[Tuple[str, AfterReading], ...] = (("relay notifications", relay_notifications),)
+
+
+def after_reading(store: JobStore, records: List[JobRecord], transport: Transport) -> None:
+    for _, step in AFTER_READING:
+        step(store, records, transport)
 
 
 def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str, str]:
@@ -359,7 +404,9 @@ def refresh(
     keep: Optional[List[JobRecord]] = None,
     on_unreached: Optional[Callable[[Unreached], None]] = None,
 ) -> List[JobRecord]:
-    """Update the store for every active record: one scheduler query per (cluster, host).
+    """Update the store for every active record: one scheduler query per (cluster, host), then
+    the after-steps (`AFTER_ENDING` for each job that has just ended, `AFTER_READING` for each
+    host's jobs): bad hosts recorded, waiting chain links moved off them, notifications relayed.
     Returns `keep` (default: `records`) as stored afterwards.
 
     A host that cannot be reached (or whose scheduler fails) does not stop the others: its jobs
@@ -382,7 +429,7 @@ def refresh(
             answers = query(transport, active)
             for rec in active:
                 store_outcome(store, rec, answers[rec.job_id], transport)
-            notify_relay.relay(store, recs, transport)  # this side has a network: send what the jobs could not
+            after_reading(store, recs, transport)
         except (TransportError, SchedulerError) as exc:
             if isinstance(exc, TransportError):
                 down[host] = exc
@@ -425,7 +472,7 @@ def state_poller(
             # --notify: send what the job left for a relay, at each change and every RELAY_EVERY_S
             if got.state.value != current.state or time.monotonic() - seen["relayed"] > RELAY_EVERY_S:
                 seen["relayed"] = time.monotonic()
-                notify_relay.relay(store, [current], transport)
+                after_reading(store, [current], transport)
         if got.comment and got.comment != seen["comment"] and on_comment is not None:
             on_comment(got.comment)
         seen["comment"] = got.comment
