@@ -263,7 +263,7 @@ class GridEngine(Arrays, HostExclusion, TestSubmission, FailureWording, Dialect)
         # a hard request on the host name: sge_types(1) wildcard expressions allow `!` and `|`
         return ["-l", f"h=!({'|'.join(hosts)})"] if hosts else []
 
-    def depend_flags(self, job_id: str):
+    def depend_flags(self, job_id: str) -> List[str]:
         return ["-hold_jid", job_id]
 
     def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:

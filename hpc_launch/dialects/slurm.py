@@ -272,7 +272,7 @@ class Slurm(
         )
         return m.group(1) or m.group(2)
 
-    def find_submitted(self, run, script_relpath: str):
+    def find_submitted(self, run: Run, script_relpath: str) -> Optional[str]:
         # %o is the batch script as sbatch was given it; ours carries a unique time stamp
         result = run(["squeue", "--me", "--noheader", "--states=all", "--format=%i|%o"])
         for line in result.out.splitlines():
@@ -413,7 +413,7 @@ class Slurm(
         # scontrol(1) update: ExcNodeList of a pending job (replaces the list: give all of them)
         return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(hosts)}"] if hosts else None
 
-    def depend_flags(self, job_id: str):
+    def depend_flags(self, job_id: str) -> List[str]:
         return [f"--dependency=afterany:{job_id}"]
 
     # A job Slurm requeued (JobRequeue=1, the default: a node failed under it, or `scontrol requeue`)
@@ -473,7 +473,7 @@ echo "${SLURM_JOB_NODELIST:-}" >"$hpc_launch_ran_on"  # for the run after this o
         )
 
     # ---- inside the job ----------------------------------------------------------------------
-    def nodes_from_env(self, env: Mapping[str, str]):
+    def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, Dict[str, int]]]:
         """SLURM_JOB_NODELIST is a hostlist (`n[1-3],gpu07`), not a file."""
         from ..nodelist import count_hosts, expand_slurm_nodelist
 

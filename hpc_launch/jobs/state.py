@@ -457,7 +457,7 @@ def state_poller(
     store: Optional[JobStore] = None,
     on_comment: Optional[Callable[[str], None]] = None,
     on_start: Optional[Callable[[JobRecord], None]] = None,
-):
+) -> Callable[[], JobState]:
     """A `state()` callable for logs.follow that keeps the record up to date and reports the
     scheduler's comment when it changes, and (`on_start`, with the record and its new estimate) a queued
     job's start estimate or pending reason when it changes (to the minute: backfill moves it by

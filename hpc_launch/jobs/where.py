@@ -30,7 +30,7 @@ from .state import span_words
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
-    from ..profiles import ProfileFiles
+    from ..profiles import Profile, ProfileFiles
     from ..transport.base import Transport
 
 # HPC_LAUNCH_SUBMIT_CHECK=0 turns `submit`'s check off (a site whose test command is slow or wrong).
@@ -81,7 +81,7 @@ def where(
     return answers
 
 
-def _ask(prepared, transport: TransportFor) -> Where:
+def _ask(prepared: "Prepared", transport: TransportFor) -> Where:
     job = prepared.job
     profile = job.profile
     dialect = dialects.get(profile.dialect)
@@ -184,7 +184,7 @@ def _with(facts: Where, **changes: Any) -> Where:
     return replace(facts, **changes)
 
 
-def _limits(profile, queue: Optional[str], nodes: int):
+def _limits(profile: "Profile", queue: Optional[str], nodes: int) -> "tuple[Optional[int], Optional[str]]":
     """(max nodes, max walltime) of the queue the job goes to: its node-count tier's walltime
     for a routing queue (Polaris `prod`)."""
     q = profile.queues.get(queue or "")
