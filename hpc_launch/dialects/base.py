@@ -81,7 +81,7 @@ UNKNOWN_JOB_PATTERNS = [r"invalid job id", r"unknown job", r"do(?:es)? not exist
 class Dialect(abc.ABC):
     """One scheduler's dialect. Adding a scheduler = one module with a subclass, one line in the
     registry (`dialects/__init__.py`, or an `hpc_launch.dialects` entry point), and a profile that
-    names it (docs/adding-a-scheduler.md).
+    names it (docs/architecture.md, "Adding a scheduler").
 
     Required (abstract: a subclass that lacks one cannot be made):
       `parse_submit(out)` -> the job id the submit command printed, or SchedulerError.
