@@ -370,6 +370,16 @@ def test_a_broken_site_dialect_leaves_every_other_command_working(tmp_path, hpc_
     )
     assert refused.returncode != 0
     assert "scheduler dialect 'lsf' cannot be loaded (site_lsf: SyntaxError" in refused.stderr
+    for argv in (["submit", "-c", "local", "--dry-run"], ["status"], ["clusters"]):
+        other = subprocess.run(
+            [hpc_launch_bin, *argv], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert other.returncode == 0, (argv, other.stderr)
+        assert all(
+            line.startswith("hpc-launch: warning: scheduler dialect 'lsf' skipped")
+            for line in other.stderr.splitlines()
+            if "lsf" in line
+        )
     looked = subprocess.run([hpc_launch_bin, "hostfile"], env=env, capture_output=True, text=True, timeout=60)
     lines = looked.stderr.splitlines()
     assert lines[0].startswith("hpc-launch: warning: scheduler dialect 'lsf' skipped (site_lsf: SyntaxError")
