@@ -13,7 +13,7 @@ def scheduler_words(key: str) -> Tuple[str, ...]:
     """Every scheduler's own wording for the cause `key` (each dialect's `failure_wording`)."""
     from . import dialects
 
-    return tuple(p for d in dialects.all_dialects() for p in d.failure_wording.get(key, ()))
+    return tuple(p for d in dialects.all_dialects() for p in dialects.scheduler_words(d, key))
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,18 @@ def nodes_from_env(env: Mapping[str, str], prefer: Optional[str] = None) -> Tupl
     from . import dialects  # here, not at import: `hpc-launch hostfile --hosts` needs none of it
 
     looked: List[str] = []
-    for dialect in dialects.all_dialects():
-        if not dialect.has_scheduler or (prefer and dialect.name != prefer):
+    for name in [prefer] if prefer else dialects.scheduler_names():
+        dialect = dialects.get(name) if prefer else dialects.load_or_skip(name)
+        if dialect is None or not dialect.has_scheduler:
             continue
         found = dialect.nodes_from_env(env)
+        if found is None and isinstance(dialect, dialects.NodeListCommand):
+            found = dialect.nodes_from_command(env)  # a scheduler that gives it by a command (Flux)
         if found is not None:
             return found
         looked.extend(dialect.nodefile_vars)
+        if isinstance(dialect, dialects.NodeListCommand):
+            looked.append(f"{dialect.name}'s node-list command")
     wanted = f" for {prefer}" if prefer else ""
     raise HostfileError(
         f"no scheduler node list found{wanted} (looked for {', '.join(looked) or 'nothing'})",
@@ -139,7 +144,7 @@ def summary(found: Dict[str, int]) -> str:
 
 
 def scheduler_names() -> List[str]:
-    """The schedulers whose node list `hostfile --from` can read."""
+    """The schedulers whose node list `hostfile --from` can read (none imported)."""
     from . import dialects
 
-    return [d.name for d in dialects.all_dialects() if d.has_scheduler]
+    return dialects.scheduler_names()

@@ -135,7 +135,7 @@ def prepare(
     bad = [b for b in remembered if b.host not in (spec.exclude or [])]
     if bad:
         names = ", ".join(f"{b.host} ({b.reason}, job {b.job_id})" for b in bad)
-        if dialect.exclude_flags(["x"]) or not dialect.has_scheduler:
+        if dialect.supports(dialects.HostExclusion) or not dialect.has_scheduler:
             spec = replace(spec, exclude=list(spec.exclude or []) + [b.host for b in bad])
             note(
                 f"avoiding {len(bad)} host(s) an earlier job found "

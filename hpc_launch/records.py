@@ -15,7 +15,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Union
+from typing import Any, Callable, Iterator, List, Optional, Union
 
 import msgspec
 from msgspec import field
@@ -369,7 +369,7 @@ class JobStore:
                     on_damaged(damaged)
         return records
 
-    def update(self, cluster: str, job_id: str, **changes) -> None:
+    def update(self, cluster: str, job_id: str, **changes: Any) -> None:
         unknown = set(changes) - (set(_COLUMNS) - set(_KEY_FIELDS))
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}: not updatable JobRecord fields")

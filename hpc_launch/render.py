@@ -22,6 +22,7 @@ from . import __version__, dialects, launchers, protocol
 from .errors import SpecError, TemplateError
 from .protocol import SCRIPT_DIR, link_script_name
 from .spec import ResolvedJob
+from .dialects import Arrays, ChainHandOff, HostExclusion, RestartNotice
 
 
 class Sh(str):
@@ -206,7 +207,8 @@ def submit_flags(job: ResolvedJob) -> List[str]:
     dialect = dialects.get(p.dialect)
     # hosts the job must avoid ride on the command line, not in the script: a chain's later link
     # or a resubmission can avoid hosts found bad after this script was written
-    return flags + dialect.submit_flags(job.name) + dialect.exclude_flags(job.exclude)
+    avoid = dialect.exclude_flags(job.exclude) if isinstance(dialect, HostExclusion) else []
+    return flags + dialect.submit_flags(job.name) + avoid
 
 
 def _render_template(name: str, context: dict) -> str:
@@ -252,7 +254,10 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
     # dir is absolute, `~/...` or resolved only on the login node (dry-run == submission).
     script_path = f"{SCRIPT_DIR}/{name}"
     log_prefix = f"{job.name}.o"  # where a dialect with no scheduler logs
-    flags = submit_flags(job) + (dialect.array_flags(len(array)) if array else [])
+    arrays = dialect if array and isinstance(dialect, Arrays) else None
+    if array and arrays is None:
+        raise TemplateError(f"{dialect.title} has no job arrays: submit the points one by one")
+    flags = submit_flags(job) + (arrays.array_flags(len(array)) if arrays and array else [])
     argv = dialects.with_site_commands(
         dialect.submit_argv(script_path, submit_flags=flags, log_prefix=log_prefix), p.commands
     )
@@ -280,7 +285,7 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         profile=p,
         dialect=dialect,
         directives=[
-            Sh(line) for line in (dialect.array_directives(directive_lines(job)) if array else directive_lines(job))
+            Sh(line) for line in (arrays.array_directives(directive_lines(job)) if arrays else directive_lines(job))
         ]
         if dialect.has_scheduler
         else [],
@@ -288,7 +293,7 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
         workdir=path_expr(job.workdir),
         job_id_expr=Sh(dialect.job_id_expr),
-        job_num_expr=Sh(dialect.array_job_num_expr if array else dialect.job_num_expr),
+        job_num_expr=Sh(arrays.array_job_num_expr if arrays else dialect.job_num_expr),
         log_name=log_name,
         tee=p.log.live == "tee",
         modules_init=Sh(p.modules.init) if p.modules.init else None,
@@ -305,8 +310,8 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         # an array task's arguments are its point's, chosen by its index (templates/body/job.sh.j2)
         train_args=Sh('"${HPC_LAUNCH_TRAIN_ARGS[@]}"') if array else qjoin(job.train_args),
         array_points=[qjoin(args) for args in array or []],
-        array_index=Sh(f"${{{dialect.array_index_var}:-}}") if array else None,
-        array_first=dialect.array_first_index,
+        array_index=Sh(f"${{{arrays.array_index_var}:-}}") if arrays else None,
+        array_first=arrays.array_first_index if arrays else 1,
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
         ds_env_keys=[
             Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))
@@ -315,9 +320,9 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         net_if=p.net_if,
         capsule=q(protocol.capsule_relpath(job.name, stamp)),
         import_from=path_expr(job.import_from) if job.import_from else None,
-        restarted=Sh(dialect.restarted_shell) if dialect.restarted_shell else None,
+        restarted=Sh(dialect.restarted_shell) if isinstance(dialect, RestartNotice) else None,
         keep_next_links_off=Sh(dialect.keep_dependents_off_shell)
-        if job.chain > 1 and dialect.keep_dependents_off_shell
+        if job.chain > 1 and isinstance(dialect, ChainHandOff)
         else None,
     )
     text = _render_template(dialect.template, context)

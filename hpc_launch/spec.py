@@ -582,7 +582,7 @@ def _avoidance(spec: JobSpec, dialect, launcher, hosts: List[str]) -> "tuple[Lis
         _check_token(host, "--exclude host", "give host names as the scheduler names them")
         if host not in exclude:
             exclude.append(host)
-    if exclude and dialect.has_scheduler and not dialect.exclude_flags(exclude):
+    if exclude and dialect.has_scheduler and not dialect.supports(dialects.HostExclusion):
         raise SpecError(
             f"{dialect.title} cannot keep a job off named hosts (--exclude {','.join(exclude)})",
             hint="hold spare nodes instead: --spares K trains on the --nodes that pass the start-up check",

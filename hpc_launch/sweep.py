@@ -259,14 +259,14 @@ def plan(
     result = SweepPlan(sweep_id, points)
     dialect = dialects.get(base.job.profile.dialect)
     shapes = {p.shape for p in points}
-    if dialect.has_arrays and len(points) > 1 and len(shapes) == 1 and not separate:
+    if dialect.supports(dialects.Arrays) and len(points) > 1 and len(shapes) == 1 and not separate:
         first = points[0].prepared
         script = render(first.job, stamp=stamp, array=[p.train_args for p in points])
         result.submissions.append(
             Submission(points, Prepared(script=script, host=first.host, uploads=first.uploads), array=True)
         )
     else:
-        if dialect.has_arrays and len(shapes) > 1 and not separate:
+        if dialect.supports(dialects.Arrays) and len(shapes) > 1 and not separate:
             result.notes.append(
                 "the points ask for different resources (nodes): one job per point instead of one array"
             )

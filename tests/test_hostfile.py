@@ -235,7 +235,20 @@ CONTENTS = {
 }
 
 
-@pytest.mark.parametrize("where", ["PBS_NODEFILE", "COBALT_NODEFILE", "PE_HOSTFILE", "SGE_JOB_HOSTLIST", "--nodefile"])
+# every variable a dialect reads as a node file (the registry's; Slurm's names a hostlist, not a file)
+NODE_FILE_VARS = [
+    var
+    for d in dialects.all_dialects()
+    if type(d).nodes_from_env is dialects.Dialect.nodes_from_env
+    for var in d.nodefile_vars
+]
+
+
+def test_the_node_file_variables_are_the_registrys():
+    assert NODE_FILE_VARS == ["PBS_NODEFILE", "PE_HOSTFILE", "SGE_JOB_HOSTLIST", "COBALT_NODEFILE"]
+
+
+@pytest.mark.parametrize("where", [*NODE_FILE_VARS, "--nodefile"])
 @pytest.mark.parametrize("kind", sorted(CONTENTS))
 def test_node_file_formats_are_read_by_content(kind, where, tmp_path, ds_parse):
     (tmp_path / "nodes").write_text(CONTENTS[kind])
@@ -317,6 +330,21 @@ class _Lsf(dialects.Dialect):
 
     name = "lsf"
     nodefile_vars = ("LSB_DJOB_HOSTFILE",)
+
+    def parse_submit(self, out):
+        return out.strip()
+
+    def depend_flags(self, job_id):
+        return ["-w", f"ended({job_id})"]
+
+    def status_argv(self, job_ids):
+        return ["bjobs", *job_ids]
+
+    def parse_status(self, out, job_ids):
+        return {}
+
+    def cancel_argv(self, job_id):
+        return ["bkill", job_id]
 
 
 @pytest.fixture

@@ -43,6 +43,18 @@ class ScriptedDialect(Dialect):
     def cancel_argv(self, job_id):
         return ["qdel", job_id]
 
+    def parse_submit(self, out):
+        return out.strip()
+
+    def depend_flags(self, job_id):
+        return ["-W", f"depend=afterany:{job_id}"]
+
+    def status_argv(self, job_ids):
+        return ["qstat", *job_ids]
+
+    def parse_status(self, out, job_ids):
+        return {}  # `query` answers from the script above
+
     def parse_cancel(self, rc, out, err):
         if rc == 0:
             return CancelOutcome(sent=True)
@@ -379,3 +391,36 @@ def test_pbs_finds_its_submission_by_the_script_qsub_was_given():
     run = lambda argv: fx.result  # noqa: E731
     assert dialects.get("pbspro").find_submitted(run, "sleep60.sh") == "65.pbshead"
     assert dialects.get("pbspro").find_submitted(run, "other.sh") is None
+
+
+def test_reading_a_job_runs_the_named_after_steps_in_order(scripted, store, monkeypatch):
+    """`status`, `list -r` and `logs -f` read through refresh: a job that has just ended goes
+    through AFTER_ENDING (its `extra` written after them), every read through AFTER_READING."""
+    from hpc_launch.jobs import state
+
+    assert [name for name, _ in state.AFTER_ENDING] == [
+        "record the hosts it found bad",
+        "keep the chain's waiting links off them",
+    ]
+    assert [name for name, _ in state.AFTER_READING] == ["relay notifications"]
+    ran = []
+
+    def ending(name):
+        def step(store, rec, got, transport, extra):
+            ran.append((name, rec.job_id, got.state.value))
+            extra[name] = True
+
+        return step
+
+    monkeypatch.setattr(state, "AFTER_ENDING", (("a", ending("a")), ("b", ending("b"))))
+    monkeypatch.setattr(
+        state, "AFTER_READING", (("r", lambda store, recs, t: ran.append(("r", [r.job_id for r in recs]))),)
+    )
+    t = _fake(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.RUNNING, raw="R")}]
+    got = _refresh(store, _record(store, state="queued"), t)
+    assert got.state == "running" and ran == [("r", ["42"])]  # not ended: no ending steps
+    scripted.answers = [{"42": StatusInfo(JobState.DONE, 0, raw="F")}]
+    got = _refresh(store, got, t)
+    assert ran[1:] == [("a", "42", "done"), ("b", "42", "done"), ("r", ["42"])]
+    assert got.extra["a"] and got.extra["b"]

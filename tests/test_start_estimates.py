@@ -131,7 +131,7 @@ def test_words_say_when_and_why():
 
 
 def test_grid_engine_says_it_gives_no_estimate():
-    assert not dialects.get("gridengine").estimates_start
+    assert not dialects.get("gridengine").supports(dialects.StartEstimates)
     assert start_words(_rec(dialect="gridengine")) == "no estimate from Grid Engine"
 
 

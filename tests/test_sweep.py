@@ -109,8 +109,8 @@ def test_grid_engine_array_ids_states_and_accounting():
 
 
 def test_dialects_without_arrays_say_so():
-    assert not dialects.get("none").has_arrays and not dialects.get("cobalt").has_arrays
-    assert {d.name for d in dialects.all_dialects() if d.has_arrays} == {"slurm", "pbspro", "gridengine"}
+    assert not dialects.get("none").supports(dialects.Arrays) and not dialects.get("cobalt").supports(dialects.Arrays)
+    assert {d.name for d in dialects.all_dialects() if d.supports(dialects.Arrays)} == {"slurm", "pbspro", "gridengine"}
 
 
 # ---- the grid ---------------------------------------------------------------------------------

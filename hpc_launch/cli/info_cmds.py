@@ -18,6 +18,7 @@ from .app import (
     print_table,
     run_checked,
 )
+from .. import dialects
 from .hostfile_run import read_hostfile
 
 
@@ -42,7 +43,10 @@ def hostfile(
         help="take slots from this cluster profile",
     ),
     source: Optional[str] = typer.Option(
-        None, "--from", metavar="SCHEDULER", help="scheduler whose node list to read: pbspro, gridengine, cobalt, slurm"
+        None,
+        "--from",
+        metavar="SCHEDULER",
+        help=f"scheduler whose node list to read: {', '.join(dialects.scheduler_names())}",
     ),
     nodefile: Optional[str] = typer.Option(
         None, "--nodefile", metavar="FILE", help="read this node file (one host per line)"

@@ -9,12 +9,13 @@ SchedulerError only for an answer it cannot read. The contract, hook by hook, is
 
 from __future__ import annotations
 
+import abc
 import re
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import msgspec
 
-from ..errors import SchedulerError
+from ..errors import HostfileError, SchedulerError
 from ..states import JobState
 
 Run = Callable[[List[str]], Any]  # argv -> result with .rc, .out, .err
@@ -78,51 +79,47 @@ TRANSIENT_PATTERNS = [
 UNKNOWN_JOB_PATTERNS = [r"invalid job id", r"unknown job", r"do(?:es)? not exist", r"job has finished"]
 
 
-class Dialect:
+class Dialect(abc.ABC):
     """One scheduler's dialect. Adding a scheduler = one module with a subclass, one line in the
-    registry (`dialects/__init__.py`), and a profile that names it (docs/adding-a-scheduler.md).
+    registry (`dialects/__init__.py`, or an `hpc_launch.dialects` entry point), and a profile that
+    names it (docs/architecture.md, "Adding a scheduler").
 
-    Rendering (hpc_launch/render.py):
-      `template`, `directive_prefix`, `directive_key()`/`keyed_flags` (which user directive
-      replaces which default: PBS honours the FIRST of two, so there are never two), `job_id_expr`
-      / `job_num_expr` (shell, valid inside the job), `nodelist_shell`, `array_*`.
-    Submitting (hpc_launch/jobs/placing.py):
-      `submit_argv(script_path, submit_flags, depend_on=...)` -> the whole command, run in the
-      job's work dir. The script reaches the scheduler as the argument `script_path` or, when
-      `script_on_stdin` is True (LSF's `bsub < script`), on the command's standard input and not
-      in argv. `depend_on=ID` holds the job until job ID has ended, however it ended: that is how
-      a chain link names its predecessor (`depend_flags`; never by a word's position).
-      `parse_submit(out)` -> the job id, or SchedulerError. `is_transient(err)`: a refusal that
-      created nothing and says "try later" (retried); `find_submitted(run, script_relpath)`:
-      after an unclear failure, the id of the job this submission created (None: cannot tell).
-    Reading state (hpc_launch/jobs/state.py):
-      `query_jobs(run, {id: script_name})` -> {id: StatusInfo} for the ids the scheduler still
-      knows (ONE command for all of a cluster's jobs; a missing id means "forgotten", never an
-      error); `accounting(run, id)` -> StatusInfo from the accounting records, or None;
-      `log_verdict(log_tail)` -> the scheduler's own kill message in the log, or None;
-      `exit_state(code)` -> the state an exit status means to this scheduler.
-      `user_array_tasks(id, submit_argv, script_text)` -> the task ids of a job the user made an
-      array with their own flag (`-J 1-4`), whose tasks write the logs and exit files ([]: none).
-      `start_estimates(run, ids)` -> {id: StartEstimate} for queued jobs: when the scheduler
-      expects each to start and why it waits (ONE command for all of a cluster's queued jobs,
-      asked only when some are queued; default: none). `estimates_start`: the scheduler can give
-      a start time at all (False: `status` says "no estimate from <title>", never a guess).
-    Before submitting (hpc_launch/jobs/where.py): `test_submit_argv(script_path, submit_flags=...)`
-      -> a command that validates the job in `script_path` without queueing it, and says when it
-      would start where the scheduler can (Slurm's `sbatch --test-only`; Grid Engine's `qsub -w v`,
-      no time); None (the default): no such command exists, `where` says "no estimate without
-      submitting" and `submit` queues unchecked. `parse_test_submit(rc, out, err)` -> WouldStart
-      (`error`: the scheduler's refusal, one line). `test_submit_name`: the command in messages.
-      `submit` runs it on the script it just wrote, before the submit command (`where.check_before_submit`).
-    Cancelling: `cancel_argv(id)`, `parse_cancel(rc, out, err)` -> CancelOutcome.
-    Inside a job: `nodefile_vars`, `nodes_from_env(env)` -> (source, host -> slots) or None.
-    Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
-      regexes for it}: its words for a walltime kill, a memory kill, a queue-limit refusal.
-    Excluding hosts: `exclude_flags(hosts)` -> submit flags that keep a job off those hosts ([]:
-      the scheduler cannot say it); `exclude_pending_argv(id, hosts)` changes a job that waits;
-      `keep_dependents_off_shell`: a bash function, run inside a chain link as it ends, that keeps
-      the jobs waiting for this one off the hosts in the bad-hosts file named by its $1 and
-      prints a `protocol.KEPT_OFF_PREFIX` line per job changed ("": cannot).
+    Required (abstract: a subclass that lacks one cannot be made):
+      `parse_submit(out)` -> the job id the submit command printed, or SchedulerError.
+      `status_argv(ids)` + `parse_status(out, ids)`: ONE command for all of a cluster's jobs and
+      its answer -> {id: StatusInfo} for the ids the scheduler still knows (a missing id means
+      "forgotten", never an error). `query` wraps them; override it for fallbacks.
+      `cancel_argv(id)`: the command that cancels a job.
+      `depend_flags(id)`: submit flags that hold a job until job `id` has ended, however it ended
+      (how a chain link names its predecessor; never by a word's position).
+    Plus the attributes `name`, `title`, `directive_prefix`, `submit_program`, `job_id_expr` /
+    `job_num_expr` (shell, valid inside the job), `nodelist_shell` and `nodefile_vars`.
+
+    Optional, with an answer that is right for a scheduler that has nothing more to say:
+      rendering: `template`, `directive_key()` / `keyed_flags` / `key_aliases` (which user
+      directive replaces which default: PBS honours the FIRST of two, so there are never two);
+      submitting (hpc_launch/jobs/placing.py): `submit_argv(script_path, submit_flags,
+      depend_on=...)` -> the whole command, run in the job's work dir; the script reaches the
+      scheduler as the argument `script_path` or, when `script_on_stdin` is True (LSF's
+      `bsub < script`), on the command's standard input and not in argv. `submit_flags(name)`,
+      `base_submit_flags()`, `is_transient(err)`: a refusal that created nothing and says "try
+      later" (retried); `find_submitted(run, script_relpath)`: after an unclear failure, the id of
+      the job this submission created (None: none found);
+      reading state (hpc_launch/jobs/state.py): `query_jobs`, `accounting(run, id)` (None: no
+      record), `log_verdict(log_tail)` (None: no kill line), `exit_state(code)`,
+      `user_array_tasks(id, submit_argv, script_text)` ([]: not an array the user made);
+      cancelling: `parse_cancel(rc, out, err)` -> CancelOutcome;
+      inside a job: `nodes_from_env(env)` -> (source, host -> slots) or None.
+
+    Capabilities: what only some schedulers can do is a mixin class below, listed in
+    `CAPABILITIES`. A dialect that can, inherits it (`class Slurm(Arrays, ..., Dialect)`) and
+    implements its hooks; code asks `dialect.supports(Arrays)`, never a sentinel value:
+      `Arrays` (job arrays: one task per sweep point), `HostExclusion` / `PendingExclusion`
+      (keep a job, or a job that waits, off hosts), `StartEstimates` (when a queued job starts),
+      `TestSubmission` (validate a job without queueing it), `FailureWording` (the scheduler's own
+      words for doctor's causes), `ChainHandOff` (an ending chain link keeps the next off bad
+      hosts), `RestartNotice` (a job the scheduler restarted says so), `NodeListCommand` (the
+      node list comes from a command, Flux's `flux hostlist`).
     """
 
     name: str = ""
@@ -147,17 +144,10 @@ class Dialect:
     # Other spellings of a directive key the scheduler takes for the same setting -> the key as
     # profiles write it (Slurm's `-t` is `--time`): a user line is known by what it sets.
     key_aliases: Mapping[str, str] = {}
-    keep_dependents_off_shell: str = ""
-    # Shell run at the start of a job the scheduler restarted by itself: says so, and reports the
-    # hosts that failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS ("": this scheduler cannot tell).
-    restarted_shell: str = ""
-    # How messages name `test_submit_argv`'s command ("": the scheduler has none).
-    test_submit_name: str = ""
-    # The scheduler can estimate when a queued job starts (by `start_estimates` or in its status
-    # answer's `StatusInfo.estimated_start`).
-    estimates_start = False
-    # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)
-    failure_wording: Mapping[str, Tuple[str, ...]] = {}
+
+    def supports(self, capability: type) -> bool:
+        """Whether this scheduler has `capability` (one of `CAPABILITIES`)."""
+        return isinstance(self, capability)
 
     # ---- directives ----------------------------------------------------------------------
     def directive_key(self, text: str) -> str:
@@ -222,14 +212,6 @@ class Dialect:
             + self.script_args(script_path)
         )
 
-    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
-        """A command that validates the job without queueing it (and says when it would start,
-        where the scheduler can); None: none exists."""
-        return None
-
-    def parse_test_submit(self, rc: int, out: str, err: str) -> WouldStart:
-        raise NotImplementedError
-
     def base_submit_flags(self) -> List[str]:
         """Flags that come first on every submit command of this scheduler (Slurm's --parsable)."""
         return []
@@ -240,8 +222,10 @@ class Dialect:
     def script_args(self, script_path: str) -> List[str]:
         return [] if self.script_on_stdin else [script_path]
 
+    @abc.abstractmethod
     def parse_submit(self, out: str) -> str:
-        raise NotImplementedError
+        """The job id in the submit command's output; SchedulerError when there is none (use
+        `last_matching_line`: only a whole line of the scheduler's own form counts)."""
 
     def find_submitted(self, run: Run, script_relpath: str) -> Optional[str]:
         """The id of the job whose script is `script_relpath` (unique: it carries a time stamp),
@@ -249,31 +233,24 @@ class Dialect:
         connection). None: no such job, or this scheduler cannot tell."""
         return None
 
-    def exclude_flags(self, hosts: Sequence[str]) -> List[str]:
-        """Submit flags that keep the job off `hosts`; [] when the scheduler cannot say it (PBS
-        Professional's select has no host exclusion: there, --spares)."""
-        return []
-
-    def exclude_pending_argv(self, job_id: str, hosts: Sequence[str]) -> Optional[List[str]]:
-        """A command that keeps a job that has not started yet off `hosts` (the later links of a
-        chain, once an earlier one found them bad); None when the scheduler cannot change it."""
-        return None
-
+    @abc.abstractmethod
     def depend_flags(self, job_id: str) -> List[str]:
         """Submit flags that hold a job until `job_id` has ended, however it ended (chains)."""
-        raise NotImplementedError(f"{self.name} cannot hold a job for another")
 
     def is_transient(self, err: str) -> bool:
         low = err.lower()
         return any(re.search(p, low) for p in TRANSIENT_PATTERNS)
 
     # ---- status ----------------------------------------------------------------------------
+    @abc.abstractmethod
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:
-        raise NotImplementedError
+        """ONE command that asks the scheduler about all of these jobs (finished ones too, where
+        it keeps them)."""
 
+    @abc.abstractmethod
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
-        """Jobs the scheduler still knows; a job missing from the result has left the scheduler."""
-        raise NotImplementedError
+        """Jobs the scheduler still knows; a job missing from the result has left the scheduler.
+        A word the scheduler does not document is JobState.UNKNOWN: it never ends a job."""
 
     def is_unknown_job_error(self, err: str) -> bool:
         low = err.lower()
@@ -307,19 +284,20 @@ class Dialect:
         scheduler no longer says why. None: no such line."""
         return None
 
-    def start_estimates(self, run: Run, job_ids: Sequence[str]) -> Dict[str, "StartEstimate"]:
-        """{id: StartEstimate} for these queued jobs, in one command; a job missing from the
-        answer has no estimate. Never raises for an answer it cannot read: an estimate is a
-        courtesy, it never stops a refresh. Default: none."""
-        return {}
-
     def exit_state(self, code: int) -> JobState:
         """What the scheduler's exit status for a finished job means."""
         return JobState.DONE if code == 0 else JobState.FAILED
 
+    def user_array_tasks(self, job_id: str, submit_argv: Sequence[str], script_text: Callable[[], str]) -> List[str]:
+        """The task ids of a job the user made an array with their own flag or directive (its id is
+        the array's, its tasks write the logs and exit files): [] for any other job. Default: none
+        (only schedulers whose array has an id of its own answer; `script_text` is read lazily)."""
+        return []
+
     # ---- cancel ----------------------------------------------------------------------------
+    @abc.abstractmethod
     def cancel_argv(self, job_id: str) -> List[str]:
-        raise NotImplementedError
+        """The command that cancels `job_id` (its answer is read by `parse_cancel`)."""
 
     def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:
         text = (err or out or "").strip()
@@ -340,40 +318,161 @@ class Dialect:
                 return f"${var}", count_host_text(read_node_file(env[var], f"${var}"), f"${var} ({env[var]})")
         return None
 
-    # ---- arrays (one task per sweep point) ----------------------------------------------------
-    # The variable holding a task's index inside an array job; "" where the scheduler has no
-    # arrays (a sweep then submits one job per point).
+    # ---- names -----------------------------------------------------------------------------
+    def job_num(self, job_id: str) -> str:
+        """The numeric part used in log names (12345 for 12345.pbs1)."""
+        return job_id.split(".", 1)[0]
+
+
+# ---- capabilities: what only some schedulers can do ------------------------------------------
+# Each is a mixin a dialect inherits before `Dialect`; its abstract hooks must then be given.
+# A new optional hook is one more class here and one more entry in CAPABILITIES.
+
+
+class Arrays(abc.ABC):
+    """Job arrays: one submission, one task per sweep point (without: a job per point)."""
+
+    # The variable holding a task's index inside an array job.
     array_index_var: str = ""
     array_first_index: int = 1
     # JOB_NUM inside an array task (log, exit-code file and hostfile names).
     array_job_num_expr: str = ""
 
-    @property
-    def has_arrays(self) -> bool:
-        return bool(self.array_index_var)
-
+    @abc.abstractmethod
     def array_flags(self, count: int) -> List[str]:
         """Submit flags that make the job an array of `count` tasks."""
-        raise NotImplementedError(f"{self.name} has no job arrays")
 
+    @abc.abstractmethod
     def array_task_ids(self, parent_id: str, count: int) -> List[str]:
         """The id of each task (in index order), as status and cancel take it."""
-        raise NotImplementedError(f"{self.name} has no job arrays")
-
-    def user_array_tasks(self, job_id: str, submit_argv: Sequence[str], script_text: Callable[[], str]) -> List[str]:
-        """The task ids of a job the user made an array with their own flag or directive (its id is
-        the array's, its tasks write the logs and exit files): [] for any other job. Default: none
-        (only schedulers whose array has an id of its own answer; `script_text` is read lazily)."""
-        return []
 
     def array_directives(self, lines: Sequence[str]) -> List[str]:
         """Directive lines of an array job (where a task's log name must differ from the job's)."""
         return list(lines)
 
-    # ---- names -----------------------------------------------------------------------------
-    def job_num(self, job_id: str) -> str:
-        """The numeric part used in log names (12345 for 12345.pbs1)."""
-        return job_id.split(".", 1)[0]
+
+class HostExclusion(abc.ABC):
+    """A job can be kept off named hosts when it is submitted (without: --spares)."""
+
+    @abc.abstractmethod
+    def exclude_flags(self, hosts: Sequence[str]) -> List[str]:
+        """Submit flags that keep the job off `hosts` ([] for no hosts)."""
+
+
+class PendingExclusion(HostExclusion):
+    """A job that has not started yet can be moved off hosts (the later links of a chain, once an
+    earlier one found them bad)."""
+
+    @abc.abstractmethod
+    def exclude_pending_argv(self, job_id: str, hosts: Sequence[str]) -> Optional[List[str]]:
+        """A command that keeps the waiting job `job_id` off `hosts` (None for no hosts)."""
+
+
+class StartEstimates:
+    """The scheduler says when a queued job will start: in its status answer
+    (`StatusInfo.estimated_start`) or through `start_estimates`. Without it `status` says
+    "no estimate from <title>", never a guess."""
+
+    def start_estimates(self, run: Run, job_ids: Sequence[str]) -> Dict[str, StartEstimate]:
+        """{id: StartEstimate} for these queued jobs, in one command; a job missing from the
+        answer has no estimate. Never raises for an answer it cannot read: an estimate is a
+        courtesy, it never stops a refresh. Default: the status answer carries them."""
+        return {}
+
+
+class TestSubmission(abc.ABC):
+    """The scheduler validates a job without queueing it (Slurm `sbatch --test-only`, Grid Engine
+    `qsub -w v`): `where` asks it, `submit` runs it first (`where.check_before_submit`).
+    Without it `where` says "no estimate without submitting" and `submit` queues unchecked."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+    test_submit_name: str = ""  # the command, as messages name it
+
+    @abc.abstractmethod
+    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> List[str]:
+        """A command that validates the job in `script_path` without queueing it, and says when
+        it would start where the scheduler can."""
+
+    @abc.abstractmethod
+    def parse_test_submit(self, rc: int, out: str, err: str) -> WouldStart:
+        """Its answer -> WouldStart (`error`: the scheduler's refusal, one line); SchedulerError
+        for an answer it cannot read."""
+
+
+class FailureWording:
+    """The scheduler's own words for doctor's causes (hpc_launch/doctor_causes.py): its walltime
+    or memory kill, a queue-limit refusal, a node that failed (`(?P<host>...)`)."""
+
+    # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)
+    failure_wording: Mapping[str, Tuple[str, ...]] = {}
+
+
+class ChainHandOff:
+    """A chain link, as it ends, keeps the links waiting for it off the hosts it found bad."""
+
+    # A bash function: keeps the jobs waiting for this one off the hosts in the bad-hosts file
+    # named by its $1 and prints a `protocol.KEPT_OFF_PREFIX` line per job changed.
+    keep_dependents_off_shell: str = ""
+
+
+class RestartNotice:
+    """A job the scheduler restarted by itself says so at its start."""
+
+    # Shell run at the start of every job: says so when restarted, and reports the hosts that
+    # failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS.
+    restarted_shell: str = ""
+
+
+class NodeListCommand(abc.ABC):
+    """The job's node list comes from a command run inside the job, not from a variable or a file
+    (Flux: `flux hostlist local`). `hpc-launch hostfile` runs it when `nodes_from_env` finds none."""
+
+    @abc.abstractmethod
+    def nodelist_argv(self, env: Mapping[str, str]) -> Optional[List[str]]:
+        """The command that prints this job's node list, or None when `env` is not one of this
+        scheduler's jobs."""
+
+    def parse_nodelist(self, out: str, source: str) -> Dict[str, int]:
+        """The command's output -> host -> slots (by default read as a node file is)."""
+        from ..nodelist import count_host_text
+
+        return count_host_text(out, source)
+
+    def nodes_from_command(self, env: Mapping[str, str]) -> Optional[Tuple[str, Dict[str, int]]]:
+        """(source, host -> slots) from `nodelist_argv`'s output; None when not in such a job."""
+        import subprocess
+
+        argv = self.nodelist_argv(env)
+        if argv is None:
+            return None
+        source = f"`{' '.join(argv)}`"
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=dict(env))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise HostfileError(f"cannot read the node list: {source} failed: {exc}") from None
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            raise HostfileError(f"{source} exited {done.returncode}: {said[-1][:200] if said else 'no message'}")
+        return source, self.parse_nodelist(done.stdout, source)
+
+
+# Every capability, for the contract test and the docs. One more optional hook: one more entry.
+CAPABILITIES: Tuple[type, ...] = (
+    Arrays,
+    HostExclusion,
+    PendingExclusion,
+    StartEstimates,
+    TestSubmission,
+    FailureWording,
+    ChainHandOff,
+    RestartNotice,
+    NodeListCommand,
+)
+
+
+def scheduler_words(dialect: Dialect, key: str) -> Tuple[str, ...]:
+    """The dialect's own wording (regexes) for doctor's cause `key`; () when it has none."""
+    return tuple(dialect.failure_wording.get(key, ())) if isinstance(dialect, FailureWording) else ()
 
 
 def with_site_commands(argv: Sequence[str], commands: Dict[str, str]) -> List[str]:

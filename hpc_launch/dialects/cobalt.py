@@ -88,5 +88,5 @@ class Cobalt(Dialect):
     def cancel_argv(self, job_id: str) -> List[str]:
         return ["qdel", job_id]
 
-    def depend_flags(self, job_id: str):
+    def depend_flags(self, job_id: str) -> List[str]:
         return ["--dependencies", job_id]

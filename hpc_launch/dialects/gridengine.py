@@ -16,7 +16,18 @@ from msgspec.structs import replace
 
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StatusInfo, WouldStart, last_matching_line
+from .base import (
+    Arrays,
+    CancelOutcome,
+    Dialect,
+    FailureWording,
+    HostExclusion,
+    Run,
+    StatusInfo,
+    TestSubmission,
+    WouldStart,
+    last_matching_line,
+)
 
 _LETTERS = set("dEhqrRsStTwxz")
 # "qmaster enforced h_rt, h_cpu, or h_vmem limit": also the execution daemon's own kill for h_rt,
@@ -133,7 +144,7 @@ def _seconds(value: str) -> Optional[float]:
     return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) if m else None
 
 
-class GridEngine(Dialect):
+class GridEngine(Arrays, HostExclusion, TestSubmission, FailureWording, Dialect):
     name = "gridengine"
     title = "Grid Engine"
     directive_prefix = "#$"
@@ -157,7 +168,7 @@ class GridEngine(Dialect):
         return m.group(1) or m.group(2)
 
     # ---- before submitting: qsub -w v ----------------------------------------------------------
-    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
+    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> List[str]:
         # qsub(1) `-w v`: "verify: ... the job is not submitted", checked as if the cluster were
         # empty. So it refuses what no queue can ever take (qsub itself queues a `-pe smp 99` that
         # never starts: seen on the testbed's 8.1.9) and says no start time.
@@ -252,7 +263,7 @@ class GridEngine(Dialect):
         # a hard request on the host name: sge_types(1) wildcard expressions allow `!` and `|`
         return ["-l", f"h=!({'|'.join(hosts)})"] if hosts else []
 
-    def depend_flags(self, job_id: str):
+    def depend_flags(self, job_id: str) -> List[str]:
         return ["-hold_jid", job_id]
 
     def parse_cancel(self, rc: int, out: str, err: str) -> CancelOutcome:

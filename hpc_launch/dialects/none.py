@@ -7,11 +7,11 @@ dir, and the exit-code file the script writes on exit tells how it ended.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..protocol import SCRIPT_DIR
 from ..states import JobState
-from .base import CancelOutcome, Dialect, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
 
 # $1 = log name prefix (NAME.o), $2 = script. setsid makes the job its own session and process
 # group (pid == pgid == sid), so cancel can signal the whole tree. `echo $$` hands back the id
@@ -70,7 +70,15 @@ class NoScheduler(Dialect):
     kill_grace_s = 30
     failure_wording = {"walltime": (r"^\[hpc-launch\] walltime \S+ reached: no scheduler here",)}
 
-    def submit_argv(self, script_path, *, submit_flags=(), program=None, log_prefix: str = "job.o", depend_on=None):
+    def submit_argv(
+        self,
+        script_path: str,
+        *,
+        submit_flags: Sequence[str] = (),
+        program: Optional[Sequence[str]] = None,
+        log_prefix: str = "job.o",
+        depend_on: Optional[str] = None,
+    ) -> List[str]:
         return ["bash", "-c", _LAUNCH, "hpc-launch-submit", log_prefix, script_path]
 
     def parse_submit(self, out: str) -> str:
@@ -84,7 +92,7 @@ class NoScheduler(Dialect):
     def parse_status(self, out: str, job_ids: Iterable[str]) -> Dict[str, StatusInfo]:
         return self._parse(out, {j: "" for j in job_ids})
 
-    def query_jobs(self, run, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
+    def query_jobs(self, run: Run, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
         return self._parse(run(self.status_argv(list(jobs))).out, jobs)
 
     def _parse(self, out: str, jobs: Mapping[str, str]) -> Dict[str, StatusInfo]:
@@ -123,6 +131,9 @@ class NoScheduler(Dialect):
                     ),
                 )
         return result
+
+    def depend_flags(self, job_id: str) -> List[str]:
+        raise NotImplementedError(f"{self.name} cannot hold a job for another")  # spec refuses --chain here
 
     def cancel_argv(self, job_id: str) -> List[str]:
         # The whole process group: the launcher and every rank it started. A stopped process

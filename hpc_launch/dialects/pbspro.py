@@ -14,7 +14,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
+from .base import Arrays, CancelOutcome, Dialect, FailureWording, Run, StartEstimates, StatusInfo, last_matching_line
 
 # Exit_status values PBS sets itself: -24..-29 MoM killed the job for exceeding ncpus (burst,
 # sum), vmem, mem, cput, walltime (src/resmom/mom_main.c mom_over_limit sets them; the top shell's
@@ -223,7 +223,7 @@ def _array_range(words: List[str]) -> List[int]:
     return []
 
 
-class PBSPro(Dialect):
+class PBSPro(Arrays, StartEstimates, FailureWording, Dialect):
     name = "pbspro"
     title = "PBS Professional"
     directive_prefix = "#PBS"
@@ -251,7 +251,7 @@ class PBSPro(Dialect):
         ),
     }
 
-    estimates_start = True  # qstat -f's estimated.start_time, when the backfill computes it
+    # StartEstimates: qstat -f's estimated.start_time, when the backfill computes it (job_info)
 
     def log_verdict(self, log_tail: str) -> Optional[StatusInfo]:
         return kill_reason(log_tail)

@@ -14,7 +14,22 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, WouldStart, last_matching_line
+from .base import (
+    Arrays,
+    CancelOutcome,
+    ChainHandOff,
+    Dialect,
+    FailureWording,
+    PendingExclusion,
+    RestartNotice,
+    Run,
+    StartEstimate,
+    StartEstimates,
+    StatusInfo,
+    TestSubmission,
+    WouldStart,
+    last_matching_line,
+)
 from .slurm_options import line_options, long_option, short_options
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
@@ -168,7 +183,9 @@ def exit_status(value: str) -> Optional[int]:
     return 128 + sig if sig and not code else code
 
 
-class Slurm(Dialect):
+class Slurm(
+    Arrays, PendingExclusion, StartEstimates, TestSubmission, FailureWording, ChainHandOff, RestartNotice, Dialect
+):
     name = "slurm"
     title = "Slurm"
     directive_prefix = "#SBATCH"
@@ -255,7 +272,7 @@ class Slurm(Dialect):
         )
         return m.group(1) or m.group(2)
 
-    def find_submitted(self, run, script_relpath: str):
+    def find_submitted(self, run: Run, script_relpath: str) -> Optional[str]:
         # %o is the batch script as sbatch was given it; ours carries a unique time stamp
         result = run(["squeue", "--me", "--noheader", "--states=all", "--format=%i|%o"])
         for line in result.out.splitlines():
@@ -288,8 +305,6 @@ class Slurm(Dialect):
         return result
 
     # ---- when a queued job starts ---------------------------------------------------------------
-    estimates_start = True
-
     @staticmethod
     def start_argv(job_ids: Sequence[str]) -> List[str]:
         # squeue(1) --start: the backfill scheduler's expected start (%S) of pending jobs only.
@@ -325,7 +340,7 @@ class Slurm(Dialect):
         return result
 
     # ---- before submitting: sbatch --test-only ---------------------------------------------------
-    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:
+    def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> List[str]:
         # sbatch(1) --test-only: "validate the batch script and return an estimate of when a job
         # would be scheduled to run ... The job is not actually submitted". SLURM_TIME_FORMAT=%s
         # (honoured by sbatch 22.05 on the testbed): epoch seconds, not local time without a zone.
@@ -398,7 +413,7 @@ class Slurm(Dialect):
         # scontrol(1) update: ExcNodeList of a pending job (replaces the list: give all of them)
         return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(hosts)}"] if hosts else None
 
-    def depend_flags(self, job_id: str):
+    def depend_flags(self, job_id: str) -> List[str]:
         return [f"--dependency=afterany:{job_id}"]
 
     # A job Slurm requeued (JobRequeue=1, the default: a node failed under it, or `scontrol requeue`)
@@ -458,7 +473,7 @@ echo "${SLURM_JOB_NODELIST:-}" >"$hpc_launch_ran_on"  # for the run after this o
         )
 
     # ---- inside the job ----------------------------------------------------------------------
-    def nodes_from_env(self, env: Mapping[str, str]):
+    def nodes_from_env(self, env: Mapping[str, str]) -> Optional[Tuple[str, Dict[str, int]]]:
         """SLURM_JOB_NODELIST is a hostlist (`n[1-3],gpu07`), not a file."""
         from ..nodelist import count_hosts, expand_slurm_nodelist
 

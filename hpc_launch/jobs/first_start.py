@@ -37,6 +37,7 @@ from .submission import submit
 
 if TYPE_CHECKING:
     from ..profiles import ProfileFiles
+    from ..transport.base import Transport
 
 CLAIM_ENV = "HPC_LAUNCH_CLAIM"  # the job script's start gate reads the claim's path from it
 GROUP_KEY = "first_start"  # record.extra: the group's id (groups.group_members finds it)
@@ -136,7 +137,7 @@ def submit_first_start(
     return group, claim, entrants
 
 
-def claim_owner(link, claim: str) -> Optional[Tuple[str, str]]:
+def claim_owner(link: "Transport", claim: str) -> Optional[Tuple[str, str]]:
     """(cluster, job id) that holds the claim, or None while no job has started. A claim made an
     instant ago may have no owner file yet: (\"\", \"\")."""
     got = link.run(["sh", "-c", 'test -d "$1" || exit 3; cat "$1/owner" 2>/dev/null; true', "sh", claim])

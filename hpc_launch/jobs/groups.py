@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional
 from msgspec.structs import replace as replace_struct
 
 from .. import dialects, secrets
-from ..dialects import Dialect
+from ..dialects import Arrays, Dialect
 from ..errors import HpcLaunchError, JobNotFound, SchedulerError, SpecError
 from ..records import JobRecord, JobStore
 from ..states import JobState
@@ -105,6 +105,8 @@ def submit_array(
     job = prepared.job
     profile = job.profile
     dialect = dialects.get(profile.dialect)
+    if not isinstance(dialect, Arrays):  # sweep.plan asked first, and render refuses too
+        raise SpecError(f"{dialect.title} has no job arrays", hint="run the sweep with --separate")
     if job.pass_env:
         raise SpecError(
             "--pass-env cannot reach an array's tasks (each would read the one secrets file)",

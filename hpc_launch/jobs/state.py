@@ -12,6 +12,11 @@ Who decides a job's state, in order:
 A cancel counts only when it was asked for (by us, recorded before the request went out) or the
 scheduler says so: a SIGTERM or SIGKILL nobody asked for (walltime, out-of-memory killer) is a
 failure, not a cancel.
+
+Reading a job does more than read it (`refresh`, `state_poller`: `status`, `list -r`, `logs -f`):
+after its new state is stored come the after-steps, named in `AFTER_ENDING` (a job that has just
+ended: its bad hosts are recorded for the cluster, and its chain's waiting links are moved off
+them) and `AFTER_READING` (every read: the --notify messages its jobs left for a relay are sent).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from msgspec.structs import replace as replace_struct
 
 from .. import dialects, notify_relay
-from ..dialects import Dialect, StatusInfo
+from ..dialects import ChainHandOff, Dialect, PendingExclusion, StartEstimates, StatusInfo
+from ..dialects.base import StartEstimate
 from ..errors import HpcLaunchError, SchedulerError, TransportError
 from ..logs import read_exit_code
 from ..protocol import (
@@ -130,8 +136,10 @@ def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
     # a job the scheduler says cannot start as it is has no start to estimate
     queued = [job for job, got in answers.items() if got.state == JobState.QUEUED and not got.never_runs]
     if queued:  # one more command, only while some wait
+        estimates: Dict[str, StartEstimate] = {}
         try:
-            estimates = dialect.start_estimates(run, queued)
+            if isinstance(dialect, StartEstimates):
+                estimates = dialect.start_estimates(run, queued)
         except (SchedulerError, TransportError):
             estimates = {}  # a courtesy: never what stops a refresh
         for job in queued:
@@ -244,7 +252,7 @@ def start_words(rec: JobRecord, now: Optional[float] = None) -> str:
         when = f"in {span_words(left)}" if left >= 60 else "any moment (the estimate is due)"
     elif not dialect.has_scheduler:
         return reason
-    elif dialect.estimates_start:
+    elif dialect.supports(StartEstimates):
         when = "not estimated yet"
     else:  # the scheduler has none to give: say so rather than guess
         when = f"no estimate from {dialect.title}"
@@ -261,11 +269,8 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     elif got.state == JobState.QUEUED and (got.estimated_start is not None or got.pending_reason):
         extra[START_KEY] = {"at": got.estimated_start, "reason": got.pending_reason}
     if got.state.terminal and not JobState(rec.state).terminal and transport is not None:
-        here = not dialects.get(rec.dialect).has_scheduler  # its hosts may be this machine (records.py)
-        bad = recordable_bad_hosts(bad_hosts_of(transport, rec, got), here=here)
-        if bad:
-            extra["bad_hosts"] = store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
-            avoid_in_later_links(store, rec, transport)
+        for _, step in AFTER_ENDING:
+            step(store, rec, got, transport, extra)
     if extra != (rec.extra or {}):
         fields["extra"] = extra
     if got.exit_code is not None:
@@ -277,6 +282,49 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     store.update(rec.cluster, rec.job_id, **fields)
 
 
+def record_bad_hosts(
+    store: JobStore, rec: JobRecord, got: Outcome, transport: Transport, extra: Dict[str, Any]
+) -> None:
+    """After-step: the hosts a job that just ended found bad, remembered for its cluster (later
+    jobs avoid them) and in its record's `extra["bad_hosts"]`."""
+    here = not dialects.get(rec.dialect).has_scheduler  # its hosts may be this machine (records.py)
+    bad = recordable_bad_hosts(bad_hosts_of(transport, rec, got), here=here)
+    if bad:
+        extra["bad_hosts"] = store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
+
+
+def keep_waiting_links_off(
+    store: JobStore, rec: JobRecord, got: Outcome, transport: Transport, extra: Dict[str, Any]
+) -> None:
+    """After-step: once a link found bad hosts, its chain's links that wait are changed to avoid
+    them, where the scheduler can change a waiting job (`avoid_in_later_links`)."""
+    if extra.get("bad_hosts"):
+        avoid_in_later_links(store, rec, transport)
+
+
+def relay_notifications(store: JobStore, records: List[JobRecord], transport: Transport) -> None:
+    """After-step: this side has a network: send the --notify messages the jobs could not."""
+    notify_relay.relay(store, records, transport)
+
+
+AfterEnding = Callable[[JobStore, JobRecord, "Outcome", Transport, Dict[str, Any]], None]
+AfterReading = Callable[[JobStore, List[JobRecord], Transport], None]
+# What storing a job's new state also does, in order, when the job has just ended (its record's
+# `extra` is written after them: a step may add to it).
+AFTER_ENDING: Tuple[Tuple[str, AfterEnding], ...] = (
+    ("record the hosts it found bad", record_bad_hosts),
+    ("keep the chain's waiting links off them", keep_waiting_links_off),
+)
+# What reading jobs also does, once their states are stored (`state_poller`: at a change of state
+# and every RELAY_EVERY_S).
+AFTER_READING: Tuple[Tuple[str, AfterReading], ...] = (("relay notifications", relay_notifications),)
+
+
+def after_reading(store: JobStore, records: List[JobRecord], transport: Transport) -> None:
+    for _, step in AFTER_READING:
+        step(store, records, transport)
+
+
 def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str, str]:
     """host -> reason: what the job's own checks wrote (its bad-hosts file) and, for a failure,
     the scheduler's word in the log naming a node that failed (the dialect's `node_failure`)."""
@@ -286,7 +334,7 @@ def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str
         bad.update(parse_bad_hosts_file(data.decode("utf-8", "replace")))
     except (OSError, HpcLaunchError):
         pass
-    patterns = dialects.get(rec.dialect).failure_wording.get("node_failure", ())
+    patterns = dialects.scheduler_words(dialects.get(rec.dialect), "node_failure")
     if got.state == JobState.FAILED and patterns:
         tail = _log_tail(transport, rec)
         for pattern in patterns:
@@ -304,9 +352,9 @@ def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) 
     chain = (rec.extra or {}).get("chain")
     dialect = dialects.get(rec.dialect)
     hosts = sorted({b.host for b in store.bad_hosts(rec.cluster)})
-    if not chain or not hosts or dialect.exclude_pending_argv("x", hosts) is None:
+    if not chain or not hosts or not isinstance(dialect, PendingExclusion):
         return []
-    kept_off = kept_off_in(_log_tail(transport, rec)) if dialect.keep_dependents_off_shell else {}
+    kept_off = kept_off_in(_log_tail(transport, rec)) if dialect.supports(ChainHandOff) else {}
     changed = []
     for later in store.list(cluster=rec.cluster, limit=10000):
         extra = later.extra or {}
@@ -362,7 +410,9 @@ def refresh(
     keep: Optional[List[JobRecord]] = None,
     on_unreached: Optional[Callable[[Unreached], None]] = None,
 ) -> List[JobRecord]:
-    """Update the store for every active record: one scheduler query per (cluster, host).
+    """Update the store for every active record: one scheduler query per (cluster, host), then
+    the after-steps (`AFTER_ENDING` for each job that has just ended, `AFTER_READING` for each
+    host's jobs): bad hosts recorded, waiting chain links moved off them, notifications relayed.
     Returns `keep` (default: `records`) as stored afterwards.
 
     A host that cannot be reached (or whose scheduler fails) does not stop the others: its jobs
@@ -385,7 +435,7 @@ def refresh(
             answers = query(transport, active)
             for rec in active:
                 store_outcome(store, rec, answers[rec.job_id], transport)
-            notify_relay.relay(store, recs, transport)  # this side has a network: send what the jobs could not
+            after_reading(store, recs, transport)
         except (TransportError, SchedulerError) as exc:
             if isinstance(exc, TransportError):
                 down[host] = exc
@@ -413,7 +463,7 @@ def state_poller(
     store: Optional[JobStore] = None,
     on_comment: Optional[Callable[[str], None]] = None,
     on_start: Optional[Callable[[JobRecord], None]] = None,
-):
+) -> Callable[[], JobState]:
     """A `state()` callable for logs.follow that keeps the record up to date and reports the
     scheduler's comment when it changes, and (`on_start`, with the record and its new estimate) a queued
     job's start estimate or pending reason when it changes (to the minute: backfill moves it by
@@ -428,7 +478,7 @@ def state_poller(
             # --notify: send what the job left for a relay, at each change and every RELAY_EVERY_S
             if got.state.value != current.state or time.monotonic() - seen["relayed"] > RELAY_EVERY_S:
                 seen["relayed"] = time.monotonic()
-                notify_relay.relay(store, [current], transport)
+                after_reading(store, [current], transport)
         if got.comment and got.comment != seen["comment"] and on_comment is not None:
             on_comment(got.comment)
         seen["comment"] = got.comment

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 from .. import dialects, secrets
+from ..dialects import TestSubmission
 from ..dialects.base import WouldStart
 from ..errors import HpcLaunchError, ProfileError, SchedulerError, SpecError, TransportError
 from ..spec import JobSpec
@@ -29,7 +30,7 @@ from .state import span_words
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
-    from ..profiles import ProfileFiles
+    from ..profiles import Profile, ProfileFiles
     from ..transport.base import Transport
 
 # HPC_LAUNCH_SUBMIT_CHECK=0 turns `submit`'s check off (a site whose test command is slow or wrong).
@@ -80,7 +81,7 @@ def where(
     return answers
 
 
-def _ask(prepared, transport: TransportFor) -> Where:
+def _ask(prepared: "Prepared", transport: TransportFor) -> Where:
     job = prepared.job
     profile = job.profile
     dialect = dialects.get(profile.dialect)
@@ -97,7 +98,7 @@ def _ask(prepared, transport: TransportFor) -> Where:
     )
     if not dialect.has_scheduler:
         return _with(facts, estimate="no scheduler: starts when submitted")
-    if dialect.test_submit_argv("probe") is None:  # the scheduler has no test command
+    if not isinstance(dialect, TestSubmission):  # the scheduler has no test command
         return _with(facts, estimate=f"no estimate without submitting ({dialect.title})")
     link = transport(prepared.host)
     made = link.run(["mktemp", "-t", "hpc-launch-where.XXXXXXXX"])
@@ -137,7 +138,8 @@ def _test_submit(link: "Transport", prepared: "Prepared", path: str, cwd: Option
     from `cwd`), run as the submit command runs: the site's program name, no --pass-env values."""
     job = prepared.job
     dialect = dialects.get(job.profile.dialect)
-    argv = dialect.test_submit_argv(path, submit_flags=prepared.script.submit_flags) or []
+    assert isinstance(dialect, TestSubmission)  # callers asked first
+    argv = dialect.test_submit_argv(path, submit_flags=prepared.script.submit_flags)
     env = secrets.submit_env(job.pass_env)
     got = link.run(dialects.with_site_commands(argv, job.profile.commands), cwd=cwd, env=env, timeout=60)
     if got.rc in (126, 127):  # the shell's "cannot run" / "not found": nothing was asked
@@ -158,7 +160,7 @@ def check_before_submit(transport: "Transport", prepared: "Prepared", workdir: s
     the scheduler has no test command, when $HPC_LAUNCH_SUBMIT_CHECK is 0, and when its answer
     cannot be read or says "try later" (said on stderr: the submit command then speaks for itself)."""
     dialect = dialects.get(prepared.job.profile.dialect)
-    if dialect.test_submit_argv("probe") is None or not check_enabled():
+    if not isinstance(dialect, TestSubmission) or not check_enabled():
         return
     try:
         said = _test_submit(transport, prepared, prepared.script.script_relpath, cwd=workdir)
@@ -182,7 +184,7 @@ def _with(facts: Where, **changes: Any) -> Where:
     return replace(facts, **changes)
 
 
-def _limits(profile, queue: Optional[str], nodes: int):
+def _limits(profile: "Profile", queue: Optional[str], nodes: int) -> "tuple[Optional[int], Optional[str]]":
     """(max nodes, max walltime) of the queue the job goes to: its node-count tier's walltime
     for a routing queue (Polaris `prod`)."""
     q = profile.queues.get(queue or "")

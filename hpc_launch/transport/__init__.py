@@ -29,7 +29,7 @@ Modules, each importing only those above it:
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from .base import CommandResult, Transport, transport_error
 from .local import LOCAL_NAMES, LocalTransport
@@ -53,7 +53,7 @@ _cache: dict = {}
 _cache_lock = threading.Lock()
 
 
-def open_transport(login: Optional[str], **kw) -> Transport:
+def open_transport(login: Optional[str], **kw: Any) -> Transport:
     """LocalTransport for None/""/"localhost"; otherwise the process-wide SSHTransport for `login`."""
     if login is None or login in LOCAL_NAMES:
         return LocalTransport()

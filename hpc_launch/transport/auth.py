@@ -9,13 +9,14 @@ import getpass
 import logging
 import os
 import sys
+from typing import Any, Callable, List, Tuple
 
 from .ssh_config import Hop
 
 log = logging.getLogger(__name__)
 
 
-def authenticate(hop: Hop, t) -> None:
+def authenticate(hop: Hop, t: Any) -> None:
     """Authenticate paramiko transport `t` as hop.user, or raise paramiko.AuthenticationException."""
     import paramiko
 
@@ -65,10 +66,10 @@ def _keys(hop: Hop) -> list:
     return keys
 
 
-def _prompt_handler(hop: Hop):
+def _prompt_handler(hop: Hop) -> Callable[[str, str, List[Tuple[str, bool]]], List[str]]:
     """Keyboard-interactive (two-factor) prompts, asked on the terminal; answers never logged."""
 
-    def handler(title, instructions, prompts):
+    def handler(title: str, instructions: str, prompts: List[Tuple[str, bool]]) -> List[str]:
         for line in (title, instructions):
             if line:
                 print(line, file=sys.stderr)

@@ -53,7 +53,7 @@ def transport_error(message: str, *, hint: Optional[str] = None, maybe_ran: bool
     return err
 
 
-def check_env_names(env: Optional[Mapping[str, str]]) -> None:
+def check_env_names(env: Optional[Mapping[str, Optional[str]]]) -> None:
     for name in env or {}:
         if not _ENV_NAME.match(name):
             raise ValueError(f"not a valid environment variable name: {name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+from typing import Any
 
 from hpc_launch.errors import HostKeyError
 
@@ -32,7 +33,7 @@ def known_keys(hop: Hop) -> dict:
     return keys
 
 
-def prefer_known_key_types(t, known: dict) -> None:
+def prefer_known_key_types(t: Any, known: dict) -> None:
     # Ask the server for a key type we already know, as OpenSSH does; otherwise a server with
     # several host keys could offer one we have never seen and look "unknown".
     if not known:
@@ -45,7 +46,7 @@ def prefer_known_key_types(t, known: dict) -> None:
     opts.key_types = [k for k in current if k in wanted] + [k for k in current if k not in wanted]
 
 
-def verify_host_key(hop: Hop, key, known: dict, ssh_cmd: str) -> None:
+def verify_host_key(hop: Hop, key: Any, known: dict, ssh_cmd: str) -> None:
     """Return if `key` is the known one; else HostKeyError saying unknown or CHANGED, with `ssh_cmd` to fix it."""
     name = hop.known_hosts_name
     if not known:

@@ -6,7 +6,7 @@ import os
 import shlex
 import subprocess
 import tempfile
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 from .base import CommandResult, check_env_names, decode_output, transport_error
 
@@ -19,7 +19,15 @@ class LocalTransport:
 
     host = "localhost"
 
-    def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, Optional[str]]] = None,
+        timeout: float = 60.0,
+        stdin: Optional[str] = None,
+    ) -> CommandResult:
         check_env_names(env)
         full_env = None
         if env:  # a None value removes the variable (--pass-env names never reach the submit command)
@@ -49,7 +57,7 @@ class LocalTransport:
             return CommandResult(126, "", f"{argv[0]}: permission denied\n")
         return CommandResult(proc.returncode, decode_output(proc.stdout), decode_output(proc.stderr))
 
-    def put_text(self, path, text, mode=0o644) -> None:
+    def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
         path = self.resolve_path(path)
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
@@ -64,31 +72,31 @@ class LocalTransport:
                 os.unlink(tmp)
             raise
 
-    def put_private(self, path, data) -> None:
+    def put_private(self, path: str, data: bytes) -> None:
         """A new file only this user can read, 0600 from its creation (O_EXCL: never through an
         existing file or symlink); the directory must exist."""
         fd = os.open(self.resolve_path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
 
-    def read_from(self, path, offset, limit=1 << 20) -> bytes:
+    def read_from(self, path: str, offset: int, limit: int = 1 << 20) -> bytes:
         from ..paths import read_regular  # a FIFO or a device where a job's file should be: refused, never waited on
 
         return read_regular(self.resolve_path(path), offset, limit)
 
-    def size(self, path) -> Optional[int]:
+    def size(self, path: str) -> Optional[int]:
         try:
             return os.stat(self.resolve_path(path)).st_size
         except (FileNotFoundError, NotADirectoryError):  # x/bin/activate where x is a file: no such file
             return None
 
-    def remove(self, path) -> None:
+    def remove(self, path: str) -> None:
         try:
             os.unlink(self.resolve_path(path))
         except FileNotFoundError:
             pass
 
-    def resolve_path(self, path) -> str:
+    def resolve_path(self, path: str) -> str:
         return os.path.abspath(os.path.expanduser(path))
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ _NOT_PORTABLE_IN_QUOTES = set("!\\")
 def wrap_remote_command(
     argv: Sequence[str],
     cwd: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
+    env: Optional[Mapping[str, Optional[str]]] = None,  # None: unset it
     *,
     runner: Optional[str] = None,
 ) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from .base import CommandResult, Transport, transport_error
 
@@ -181,5 +181,5 @@ class FilesAhead:
             return self.transport.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
         return run_with_files(self.transport, files, argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.transport, name)

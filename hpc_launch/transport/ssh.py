@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Optional
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from hpc_launch.errors import HostKeyError, TransportError
 
@@ -21,7 +21,9 @@ from . import host_keys, paramiko_lite, send_files
 from .auth import authenticate
 from .base import CommandResult, decode_output, transport_error
 from .remote_command import strip_preamble, wrap_remote_command
-from .ssh_config import SshConfig
+from .ssh_config import Hop, SshConfig
+
+_T = TypeVar("_T")  # what an SFTP operation returns
 
 log = logging.getLogger(__name__)
 # paramiko's transport thread logs every failed handshake at ERROR with its traceback; with no
@@ -99,7 +101,7 @@ class SSHTransport:
                 t.close()
             raise
 
-    def _handshake(self, t, hop, timeout: float) -> None:
+    def _handshake(self, t: Any, hop: Hop, timeout: float) -> None:
         """The SSH banner and key exchange, bounded by paramiko's own timeouts (set to the hop's);
         an endpoint that accepts TCP but never speaks SSH is named, not retried."""
         import paramiko
@@ -148,7 +150,7 @@ class SSHTransport:
                 time.sleep(delay)
                 delay *= 2
 
-    def _transport(self):
+    def _transport(self) -> Any:
         with self._lock:
             if not (self._transports and self._transports[-1].is_active()):
                 self._drop()
@@ -167,7 +169,7 @@ class SSHTransport:
             return self._transports[-1]
 
     @staticmethod
-    def _paramiko():
+    def _paramiko() -> Any:
         import paramiko
 
         return paramiko
@@ -186,11 +188,28 @@ class SSHTransport:
 
     # ---- commands
 
-    def run(self, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, Optional[str]]] = None,
+        timeout: float = 60.0,
+        stdin: Optional[str] = None,
+    ) -> CommandResult:
         data = stdin.encode() if stdin is not None else None
         return self._run(wrap_remote_command(argv, cwd, env), shlex.join(argv), timeout, data)
 
-    def run_with_files(self, files, argv, *, cwd=None, env=None, timeout=60.0, stdin=None) -> CommandResult:
+    def run_with_files(
+        self,
+        files: Sequence[send_files.OutgoingFile],
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, Optional[str]]] = None,
+        timeout: float = 60.0,
+        stdin: Optional[str] = None,
+    ) -> CommandResult:
         """Write `files`, then run `argv`, in one exec channel: the files' bytes go on its stdin
         (send_files.py), so no SFTP session and no round trip per file. FileWriteError when a
         file could not be written (none is left; the command did not run)."""
@@ -225,7 +244,7 @@ class SSHTransport:
         finally:
             channel.close()
 
-    def _exchange(self, channel, command: str, stdin: Optional[bytes], timeout: float) -> CommandResult:
+    def _exchange(self, channel: Any, command: str, stdin: Optional[bytes], timeout: float) -> CommandResult:
         import paramiko
 
         deadline = time.monotonic() + timeout
@@ -261,7 +280,7 @@ class SSHTransport:
 
     # ---- files (SFTP; every operation here is idempotent, so one reconnect is safe)
 
-    def _with_sftp(self, op):
+    def _with_sftp(self, op: Callable[[Any], _T]) -> _T:
         import paramiko
 
         for attempt in (1, 2):
@@ -285,8 +304,9 @@ class SSHTransport:
                     self._drop()  # paramiko says "Socket is closed" (an OSError without errno) when sshd went away
                     if attempt == 2:
                         raise transport_error(f"file transfer with {self.host} failed: {_describe(exc)}") from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
-    def resolve_path(self, path) -> str:
+    def resolve_path(self, path: str) -> str:
         if self._home is None:
             self._home = self._with_sftp(lambda s: s.normalize("."))
         if path == "~" or path.startswith("~/"):
@@ -295,12 +315,12 @@ class SSHTransport:
             path = posixpath.join(self._home, path)
         return posixpath.normpath(path)
 
-    def put_text(self, path, text, mode=0o644) -> None:
+    def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
         path = self.resolve_path(path)
         parent = posixpath.dirname(path)
         tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
 
-        def op(sftp):
+        def op(sftp: Any) -> None:
             _sftp_makedirs(sftp, parent)
             try:
                 with sftp.open(tmp, "wb") as fh:
@@ -316,7 +336,7 @@ class SSHTransport:
 
         self._with_sftp(op)
 
-    def put_private(self, path, data) -> None:
+    def put_private(self, path: str, data: bytes) -> None:
         """A new file only this user can read: the SFTP open request itself carries mode 0600
         (with O_EXCL), so the file never exists with wider permissions. The directory must exist."""
         from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE, SFTPError
@@ -327,7 +347,7 @@ class SSHTransport:
         attrs = SFTPAttributes()
         attrs.st_mode = 0o600
 
-        def op(sftp):
+        def op(sftp: Any) -> None:
             kind, msg = sftp._request(CMD_OPEN, path, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL, attrs)
             if kind != CMD_HANDLE:
                 raise SFTPError("Expected handle")
@@ -342,10 +362,10 @@ class SSHTransport:
 
         self._with_sftp(op)
 
-    def read_from(self, path, offset, limit=1 << 20) -> bytes:
+    def read_from(self, path: str, offset: int, limit: int = 1 << 20) -> bytes:
         path = self.resolve_path(path)
 
-        def op(sftp):
+        def op(sftp: Any) -> bytes:
             import errno
             import stat
 
@@ -361,10 +381,10 @@ class SSHTransport:
 
         return self._with_sftp(op)
 
-    def size(self, path) -> Optional[int]:
+    def size(self, path: str) -> Optional[int]:
         path = self.resolve_path(path)
 
-        def op(sftp):
+        def op(sftp: Any) -> Optional[int]:
             try:
                 return sftp.stat(path).st_size
             except FileNotFoundError:
@@ -372,10 +392,10 @@ class SSHTransport:
 
         return self._with_sftp(op)
 
-    def remove(self, path) -> None:
+    def remove(self, path: str) -> None:
         path = self.resolve_path(path)
 
-        def op(sftp):
+        def op(sftp: Any) -> None:
             try:
                 sftp.remove(path)
             except FileNotFoundError:
@@ -387,7 +407,7 @@ class SSHTransport:
         self._drop()
 
 
-def _send_all(channel, data: bytes) -> None:
+def _send_all(channel: Any, data: bytes) -> None:
     """Send `data` on the command's stdin. A command that exits before reading it all (a file it
     could not write) closes the channel: its result is still to be read, so that is no error."""
     offset = 0
@@ -403,7 +423,7 @@ def _send_all(channel, data: bytes) -> None:
         offset += sent
 
 
-def _alive(t) -> bool:
+def _alive(t: Any) -> bool:
     """Whether the connection still answers (a round trip, not just paramiko's flag)."""
     if t is None or not t.is_active():
         return False
@@ -414,7 +434,7 @@ def _alive(t) -> bool:
     return t.is_active()
 
 
-def _sftp_makedirs(sftp, path: str) -> None:
+def _sftp_makedirs(sftp: Any, path: str) -> None:
     missing = []
     while path not in ("", "/"):
         try:
