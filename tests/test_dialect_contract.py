@@ -203,7 +203,7 @@ CAN = {
         "ChainHandOff",
         "RestartNotice",
     },
-    "none": set(),
+    "none": {"FailureWording"},
 }
 
 

@@ -169,8 +169,10 @@ def plan(
     ),
     json_: bool = typer.Option(False, "--json", help="the plan as JSON (keys: docs/commands.md)"),
 ) -> None:
-    """Per-GPU memory of model states under each ZeRO stage (DeepSpeed's estimators), a language model's
-    activations, and a recommendation."""
+    """Per-GPU memory under each ZeRO stage (DeepSpeed's estimators), and a recommendation.
+
+    Model states per ZeRO stage and offload; for a language model also its activations at --seq-len
+    and --micro-batch."""
     from ..plan import format_plan, plan_for_cluster  # torch and deepspeed only inside
 
     if precision not in ("bf16", "fp16", "fp32"):

@@ -11,7 +11,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..protocol import SCRIPT_DIR
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StatusInfo, last_matching_line
+from .base import CancelOutcome, Dialect, FailureWording, Run, StatusInfo, last_matching_line
 
 # $1 = log name prefix (NAME.o), $2 = script. setsid makes the job its own session and process
 # group (pid == pgid == sid), so cancel can signal the whole tree. `echo $$` hands back the id
@@ -56,7 +56,7 @@ def release_path(script_path: str) -> str:
 MARKER = SCRIPT_DIR + "/"  # every script we start lives under WORKDIR/.hpc-launch/
 
 
-class NoScheduler(Dialect):
+class NoScheduler(FailureWording, Dialect):
     name = "none"
     title = "no scheduler (local, SSH pods)"
     has_scheduler = False
