@@ -97,8 +97,10 @@ if [ "$NNODES" -lt 3 ]; then
   exit 3
 fi
 # --- --spares 1: the job holds 3 nodes and trains on the first 2 that answer over ssh
-#; the others are reported as bad hosts, and later jobs avoid them ---
+#; the others are reported as bad hosts, and later jobs avoid them.
+# Hosts earlier jobs found bad are taken only when too few others pass ---
 HPC_LAUNCH_CHECK_CMD='true'
+HPC_LAUNCH_TRIED_LAST='  '
 HPC_LAUNCH_SSH_ARGS=''
 HPC_LAUNCH_PASSED=$(mktemp -d)
 HPC_LAUNCH_HERE=""
@@ -115,16 +117,22 @@ done < "$HOSTFILE"
 wait
 HPC_LAUNCH_KEPT=0
 : > "$HOSTFILE.kept"
-while read -r line; do
-  h=${line%% *}
-  if [ ! -e "$HPC_LAUNCH_PASSED/$h" ]; then
-    echo "[hpc-launch] bad host: $h: spares check: no answer over ssh" >&2
-    printf '%s\t%s\n' "$h" "spares check: no answer over ssh" >> "$HPC_LAUNCH_BAD_HOSTS"
-  elif [ "$HPC_LAUNCH_KEPT" -lt 2 ]; then
-    echo "$line" >> "$HOSTFILE.kept"
-    HPC_LAUNCH_KEPT=$((HPC_LAUNCH_KEPT + 1))
-  fi
-done < "$HOSTFILE"
+# two passes: the hosts not known bad first, then (only if still short) those earlier jobs found bad
+for HPC_LAUNCH_PASS in 0 1; do
+  while read -r line; do
+    h=${line%% *}
+    HPC_LAUNCH_LATER=0  # 1: an earlier job found it bad (this node, which runs the rendezvous, never waits)
+    case "$HPC_LAUNCH_TRIED_LAST" in *" $h "*) [ "$h" != "$HPC_LAUNCH_HERE" ] && HPC_LAUNCH_LATER=1 ;; esac
+    [ "$HPC_LAUNCH_LATER" = "$HPC_LAUNCH_PASS" ] || continue
+    if [ ! -e "$HPC_LAUNCH_PASSED/$h" ]; then
+      echo "[hpc-launch] bad host: $h: spares check: no answer over ssh" >&2
+      printf '%s\t%s\n' "$h" "spares check: no answer over ssh" >> "$HPC_LAUNCH_BAD_HOSTS"
+    elif [ "$HPC_LAUNCH_KEPT" -lt 2 ]; then
+      echo "$line" >> "$HOSTFILE.kept"
+      HPC_LAUNCH_KEPT=$((HPC_LAUNCH_KEPT + 1))
+    fi
+  done < "$HOSTFILE"
+done
 if [ -n "$HPC_LAUNCH_HERE" ] && [ ! -e "$HPC_LAUNCH_PASSED/$HPC_LAUNCH_HERE" ]; then
   # the rendezvous is on this node: the job cannot train without it
   echo "[hpc-launch] error: this node ($HPC_LAUNCH_HERE), which runs the job script and the rendezvous, failed the check: submit again (it is avoided from now on)" >&2
