@@ -151,6 +151,8 @@ def prepare(
     # the caller's spec stays as it was
     spec = replace(spec, workdir=job_workdir(spec, host, cwd), script=script)
     job = replace(resolve(spec, profile, cwd=cwd, host=host), import_from=import_from)
+    if job.spares:  # those the scheduler could not keep the job off: the spares check takes them last
+        job = replace(job, tried_last=[b.host for b in bad if b.host not in job.exclude])
     return Prepared(script=render(job, stamp=stamp), host=host, uploads=uploads, remote_code=remote_code)
 
 

@@ -6,6 +6,8 @@ the code that reads what it leaves behind cannot drift apart.
 
 from __future__ import annotations
 
+import shlex
+
 from . import capsule_probe
 
 # Where a command runs when it runs on this machine (a record's `host`, a transport's name).
@@ -139,6 +141,21 @@ RECONNECT_GIVE_UP_S = 600.0  # ... this long before the follow gives up (the job
 # `cancel` waits this long for the scheduler to confirm the end (PBS kept a qdel'ed job R for 17 s)
 CANCEL_CONFIRM_S = 45.0
 CANCEL_POLL = Backoff(0.5, 2.0, 4.0)
+
+
+# ---- a node's network interface ---------------------------------------------------------------
+# The pre-flight gate's rule (train/preflight.interface_problem): the interface is administratively
+# up (IFF_UP) and holds an IPv4 address. A link taken down keeps its address, so the address alone
+# passes a node the gate then fails. The spares check runs it on each node as one shell command.
+
+
+def interface_ok_shell(name: str) -> str:
+    """A shell command that succeeds where interface `name` passes the gate's rule."""
+    name = shlex.quote(name)
+    return (
+        f"ip -o link show dev {name} 2>/dev/null | grep -q '<[^>]*[<,]UP[,>]' "
+        f"&& ip -4 -o addr show dev {name} 2>/dev/null | grep -q ' inet '"
+    )
 
 
 # ---- bad hosts ---------------------------------------------------------------------------------

@@ -318,6 +318,8 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         ],
         hosts=job.hosts,
         net_if=p.net_if,
+        spares_check=q(protocol.interface_ok_shell(p.net_if)) if p.net_if else None,
+        spares_tried_last=q(" " + " ".join(job.tried_last) + " "),  # spaces around each: a `case` pattern
         capsule=q(protocol.capsule_relpath(job.name, stamp)),
         import_from=path_expr(job.import_from) if job.import_from else None,
         restarted=Sh(dialect.restarted_shell) if isinstance(dialect, RestartNotice) else None,

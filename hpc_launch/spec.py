@@ -151,6 +151,8 @@ class ResolvedJob(msgspec.Struct):
         default_factory=list
     )  # kept off by the scheduler (dialect.exclude_flags), or dropped from --hosts
     spares: int = 0  # allocated beyond `nodes`; the job script keeps the first `nodes` that pass its check
+    # hosts earlier jobs found bad that the scheduler cannot keep the job off: the spares check takes them last
+    tried_last: List[str] = field(default_factory=list)
     import_from: Optional[str] = (
         None  # where the job imports a --script's neighbours the capsule could not take (hpc_launch/capsule.py)
     )

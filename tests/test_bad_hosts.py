@@ -199,10 +199,12 @@ def stubs(tmp_path):
     return d
 
 
-def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, stubs):
+def _run_spares_job(tmp_path, stubs, *, net_if=None, tried_last=(), env=None):
+    """Render an abci (PBS) job with --nodes 2 --spares 1 on this host, n2 and n3, run it in bash
+    with the stand-ins; (its output, the hosts it trained on)."""
     profile = profiles.load("abci")
     profile = msgspec.structs.replace(
-        profile, modules=profiles.Modules(), net_if=None, python=msgspec.structs.replace(profile.python, modules=[])
+        profile, modules=profiles.Modules(), net_if=net_if, python=msgspec.structs.replace(profile.python, modules=[])
     )
     job = resolve(
         JobSpec(
@@ -210,11 +212,12 @@ def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, s
         ),
         profile,
     )
+    if tried_last:
+        job = msgspec.structs.replace(job, tried_last=list(tried_last))
     script = tmp_path / "job.sh"
     script.write_text(render(job, stamp="t").text)
     nodefile = tmp_path / "nodes"
-    here = socket.gethostname()
-    nodefile.write_text("".join(f"{h}\n" * 8 for h in (here, "n2", "n3")))
+    nodefile.write_text("".join(f"{h}\n" * 8 for h in (socket.gethostname(), "n2", "n3")))
     r = subprocess.run(
         ["bash", str(script)],
         cwd=tmp_path,
@@ -226,13 +229,78 @@ def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, s
             "HOME": str(tmp_path),
             "PBS_JOBID": "60.pbshead",
             "PBS_NODEFILE": str(nodefile),
+            **(env or {}),
         },
     )
     assert "launcher ran" in r.stdout, r.stdout + r.stderr
     hostfile = (tmp_path / "hostfile_60").read_text().split()
-    assert [h for h in hostfile if "slots" not in h] == [here, "n3"]
-    assert "[hpc-launch] bad host: n2: spares check" in r.stdout + r.stderr
+    return r.stdout + r.stderr, [h for h in hostfile if "slots" not in h]
+
+
+def test_spares_train_on_the_nodes_that_answer_and_report_the_others(tmp_path, stubs):
+    out, trained = _run_spares_job(tmp_path, stubs)
+    assert trained == [socket.gethostname(), "n3"]
+    assert "[hpc-launch] bad host: n2: spares check" in out
     assert protocol.parse_bad_hosts_file((tmp_path / "train.o60.badhosts").read_text()).keys() == {"n2"}
+
+
+@pytest.fixture
+def link_stubs(stubs):
+    """ssh runs the check here as host HOST; `ip` answers as each host's interface: on the host
+    named in $LINK_DOWN the link is down but keeps its address (what `ip link set eth0 down` leaves)."""
+    (stubs / "ssh").write_text(
+        '#!/bin/bash\nfor a in "$@"; do case $a in n[0-9]*) host=$a;; esac; cmd=$a; done\n'
+        '[ "$host" = "$UNREACHABLE" ] && exit 255\nHOST=$host exec bash -c "$cmd"\n'
+    )
+    (stubs / "ip").write_text(
+        "#!/bin/bash\n"
+        'flags="BROADCAST,MULTICAST,UP,LOWER_UP"\n'
+        '[ "$HOST" = "$LINK_DOWN" ] && flags="BROADCAST,MULTICAST"\n'
+        'case "$*" in\n'
+        '  *link*) echo "2: eth0@if7: <$flags> mtu 1500 qdisc noqueue state DOWN";;\n'
+        '  *addr*) echo "2: eth0    inet 10.200.0.12/24 brd 10.200.0.255 scope global eth0";;\n'
+        "esac\n"
+    )
+    for f in (stubs / "ssh", stubs / "ip"):
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    return stubs
+
+
+def test_a_spare_replaces_a_node_whose_interface_is_down_though_it_keeps_its_address(tmp_path, link_stubs):
+    """The spares check holds each node to the pre-flight gate's rule (up, with an address): the
+    address alone passed a node the gate then failed, failing the job while the spare sat unused."""
+    out, trained = _run_spares_job(tmp_path, link_stubs, net_if="eth0", env={"LINK_DOWN": "n2", "UNREACHABLE": "-"})
+    assert trained == [socket.gethostname(), "n3"], out
+    assert "[hpc-launch] bad host: n2: spares check: no answer over ssh with eth0 up" in out
+
+
+def test_the_spares_check_holds_nodes_to_the_gates_interface_rule(tmp_path):
+    """One rule: the shell check agrees with train/preflight.interface_problem where both can run
+    (lo is up and addressed; a missing interface fails both)."""
+    from train.preflight import interface_problem
+
+    for name, ok in (("lo", True), ("hpcl-missing0", False)):
+        r = subprocess.run(["bash", "-c", protocol.interface_ok_shell(name)], capture_output=True)
+        assert (r.returncode == 0) is ok and (interface_problem(f"={name}") is None) is ok, name
+
+
+def test_hosts_earlier_jobs_found_bad_are_taken_after_the_spare(tmp_path, link_stubs):
+    env = {"LINK_DOWN": "-", "UNREACHABLE": "-"}
+    out, trained = _run_spares_job(tmp_path, link_stubs, tried_last=["n2"], env=env)
+    assert trained == [socket.gethostname(), "n3"], out
+    # still taken when the others are too few: the spare (n3) does not answer
+    out, trained = _run_spares_job(tmp_path, link_stubs, tried_last=["n2"], env={**env, "UNREACHABLE": "n3"})
+    assert trained == [socket.gethostname(), "n2"], out
+    # this node runs the rendezvous: it trains even if an earlier job found it bad
+    out, trained = _run_spares_job(tmp_path, link_stubs, tried_last=[socket.gethostname()], env=env)
+    assert trained == [socket.gethostname(), "n2"], out
+
+
+def test_prepare_hands_a_pbs_spares_job_the_hosts_found_bad(store):
+    store.add_bad_hosts("abci", {"a7": "hang"}, "12", ttl_s=3600)
+    job = prepare(JobSpec(cluster="abci", nodes=2, spares=1, group="g", login="local", workdir="/w")).job
+    assert job.tried_last == ["a7"]
+    assert "HPC_LAUNCH_TRIED_LAST=' a7 '" in render(job, stamp="t").text
 
 
 def test_the_summary_lists_the_hosts_kept_off_trained_on_and_found_bad(tmp_path):

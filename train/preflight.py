@@ -50,7 +50,8 @@ class Problem:
 
 def interface_problem(spec: Optional[str]) -> Optional[str]:
     """None if the interface named like NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (a comma list of
-    prefixes, `=` for exact names, `^` to exclude) is up with an IPv4 address on this host."""
+    prefixes, `=` for exact names, `^` to exclude) is up with an IPv4 address on this host. The
+    job script's spares check holds nodes to the same rule (protocol.interface_ok_shell)."""
     if not spec or spec.startswith("^"):
         return None  # nothing named, or only exclusions: the library picks
     exact = spec.startswith("=")

@@ -2,7 +2,9 @@
 
 Each rank publishes its progress (step, when it got there, and its own work per step: data and
 forward, which wait for no other rank) in the rendezvous store, at most once a second. A thread in
-every rank beats a heartbeat there and reads everyone's progress: a thread keeps running while its
+every rank beats a heartbeat there, and the lowest live rank's reads everyone's progress and judges
+(the others read rank 0's heartbeat and the verdict: O(ranks) reads a look in all, not O(ranks^2);
+docs/preflight.md has the model to 10,000 nodes): a thread keeps running while its
 rank's main thread waits inside a collective, and stops only with its process (SIGSTOP, a frozen
 host), so a stale heartbeat names the rank that stopped. The monitor of a rank is never the rank's
 own main thread; a rank whose store (rank 0's process) stops answering concludes that rank 0 hung.
@@ -215,17 +217,34 @@ class Watchdog:
             if force:
                 pass
 
+    def _key(self, rank: int) -> str:
+        return f"{self.prefix}/{rank}"
+
     def _read(self) -> List[Progress]:
-        keys = [f"{self.prefix}/{r}" for r in range(self.info.world_size)]
-        raw = self.store.multi_get(keys)
+        raw = self.store.multi_get([self._key(r) for r in range(self.info.world_size)])
         return [Progress.decode(r, v.decode()) for r, v in enumerate(raw)]
+
+    def _judges(self, now: float) -> bool:
+        """Whether this rank reads every rank's progress this look: the lowest rank whose heartbeat
+        is fresh does (rank 0, unless it stopped). The others read one rank's progress, more only
+        while the ranks below them are stale, so a look costs O(ranks) store reads in all, not
+        O(ranks^2) (issue 28: 3,072 ranks each reading 3,072 keys every few seconds)."""
+        for r in range(self.info.rank):
+            [raw] = self.store.multi_get([self._key(r)])
+            if now - Progress.decode(r, raw.decode()).beat <= self._fresh_s():
+                return False
+        return True
+
+    def _fresh_s(self) -> float:
+        """A heartbeat this recent is a live rank's (the straggler rule's window)."""
+        return max(self.poll_s * 3, 10)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
             now = time.time()
             try:
                 self._publish(now)  # the heartbeat, even while the main thread waits in a collective
-                progress = self._read()
+                progress = self._read() if self._judges(now) else None
                 verdict = self.store.check([f"{self.prefix}/hang"]) and self.store.get(f"{self.prefix}/hang").decode()
                 self._store_silent_since = None
             except Exception:  # noqa: BLE001 - rank 0's process serves the store; it stopped answering
@@ -239,7 +258,8 @@ class Watchdog:
                 continue
             if verdict:
                 self._end(verdict, announce=False)
-            self._check(progress, now)
+            if progress is not None:
+                self._check(progress, now)
 
     def _check(self, progress: List[Progress], now: float) -> None:
         bound = hang_bound(progress, self.limits, self.step_times)
@@ -262,6 +282,8 @@ class Watchdog:
                     f"rank {culprit.rank} on {culprit.host} {why}; no rank advanced for "
                     f"{now - max(p.at for p in progress):.0f} s (bound {bound:.0f} s)"
                 )
+                for host, pids in _frozen_by_host(progress, now, bound / 2).items():
+                    self.store.set(f"{self.prefix}/frozen/{host}", " ".join(map(str, pids)))
                 if self.store.compare_set(f"{self.prefix}/hang", "", line).decode() == line:
                     if len({p.host for p in progress}) > 1:  # on one host there is no other to move to
                         _say(protocol.report_bad_host(culprit.host, f"watchdog: rank {culprit.rank} {why}"))
@@ -285,6 +307,13 @@ class Watchdog:
                     f"factor {self.limits.straggler})"
                 )
 
+    def _frozen_from_judge(self) -> List[int]:
+        """The stopped processes on this host, as the rank that judged saw them (only it read all)."""
+        key = f"{self.prefix}/frozen/{self.host}"
+        if not self.store.check([key]):
+            return []
+        return [int(pid) for pid in self.store.get(key).decode().split() if int(pid) != os.getpid()]
+
     def _end(self, line: str, *, announce: bool, others: Sequence[int] = ()) -> None:
         """Dump this rank's stacks, say the verdict (once, by the rank that found it) and leave.
 
@@ -305,6 +334,7 @@ class Watchdog:
         else:
             with contextlib.suppress(Exception):
                 self.store.set(f"{self.prefix}/dumped/{self.info.rank}", "1")
+                self._frozen_here = self._frozen_from_judge()
             time.sleep(1.0)  # the rank that announced exits first: the launcher reports it as the cause
         protocol.report_verdict(protocol.EXIT_HANG)
         # A stopped rank ignores the launcher's SIGTERM (DeepSpeed's launcher then waits 30 s per
@@ -313,6 +343,15 @@ class Watchdog:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         os._exit(protocol.EXIT_HANG)
+
+
+def _frozen_by_host(progress: List[Progress], now: float, stale_s: float) -> Dict[str, List[int]]:
+    """The stopped ranks' processes on each host, which that host's live ranks end as the job ends."""
+    frozen: Dict[str, List[int]] = {}
+    for p in progress:
+        if now - p.beat > stale_s and p.pid:
+            frozen.setdefault(p.host, []).append(p.pid)
+    return frozen
 
 
 def busy(wd: Optional[Watchdog]):

@@ -108,6 +108,44 @@ def test_pbs_spares_train_on_the_pods_that_answer_when_one_pods_sshd_is_gone(hpc
     assert "hosts     training on pod" in r.stderr and "found bad: pod3 (spares check" in r.stderr  # the summary
 
 
+def test_pbs_spares_replace_a_pod_whose_interface_is_down_though_it_keeps_its_address(
+    hpc_launch_bin, testbed, shared_workdir, tmp_path
+):
+    """pod2's eth0 is taken down after the allocation, before the spares check: it keeps its
+    address. The job trains on pod1 and pod3, names pod2, and the link is back up before Slurm's
+    SlurmdTimeout (30 s on the testbed) would take pod2 and the job down with it."""
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
+    flag = shared_workdir / "go-spares-link"
+    profile = tmp_path / "tb-pbs-held.yaml"  # the job waits for the flag before its hostfile step
+    wait = f"for i in $(seq 300); do [ -e {flag} ] && break; sleep 0.2; done"
+    profile.write_text(f"name: tb-pbs\nmodules: {{init: {json.dumps(wait)}, load: []}}\n")
+    job = cli.submit("--cluster", "tb-pbs", "--nodes", "2", "--spares", "1", "--name", "linkdown", "--profile", profile)
+    log = shared_workdir / f"linkdown.o{job.split('.')[0]}"
+    cli.wait_state(job, {"running"}, timeout=120)
+    try:
+        _pod("pod2", "ip", "link", "set", "eth0", "down")
+        held = subprocess.run(
+            ["ip", "netns", "exec", "pod2", "ip", "-4", "-o", "addr", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert " inet " in held  # the address stays with the link down
+        flag.touch()
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and "[hpc-launch] spares: " not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.3)
+    finally:
+        _pod("pod2", "ip", "link", "set", "eth0", "up")
+        flag.unlink(missing_ok=True)
+    ended = cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=300)
+    text = log.read_text()
+    assert ended == "done", text[-3000:]
+    assert "[hpc-launch] bad host: pod2: spares check" in text
+    assert "[hpc-launch] spares: training on pod1 pod3 (1 spare" in text
+    assert "pod2" in {b.host for b in JobStore().bad_hosts("tb-pbs")}
+    _wait_nodes_idle(["pod1", "pod2", "pod3"])
+
+
 @pytest.mark.beside
 def test_grid_engine_keeps_a_job_off_an_excluded_host(hpc_launch_bin, testbed, shared_workdir):
     """The testbed's Grid Engine has one exec host, this machine: excluded, the job can go nowhere.

@@ -23,8 +23,46 @@ HPC_LAUNCH_SCRIPT=tutorial-20260101-000000-000.sh
 HPC_LAUNCH_VERDICT="$HPC_LAUNCH_LOG.verdict"
 export HPC_LAUNCH_VERDICT
 rm -f "$HPC_LAUNCH_VERDICT"
+# What this job started ends with it: as the script exits, every other process of the session it leads (local
+# and pods start it under setsid, dialects/none.py, where nothing else would end them; a scheduler's cleanup
+# finds none left) gets TERM, then KILL after 2 s: a rank's child left after the rank failed, a process in a
+# group of its own (out of reach of cancel's signal to the job's group) that ignores SIGTERM. Not the live log's tee.
+hpc_launch_left=""
+hpc_launch_session() {  # the pids of this script's session but its own and the tee's, read from /proc: no fork listed
+  local d stat f
+  hpc_launch_left=""
+  for d in /proc/[0-9]*; do
+    read -r stat 2>/dev/null <"$d/stat" || continue
+    # shellcheck disable=SC2086  # fields after the command's name: state ppid pgrp session
+    set -- ${stat##*) }
+    f=${d#/proc/}
+    if [ "${4:-}" = "$$" ] && [ "$f" != "$$" ] && [ "$f" != "${HPC_LAUNCH_TEE_PID:-}" ]; then hpc_launch_left+=" $f"; fi
+  done
+}
+hpc_launch_reap() {
+  local stat i
+  read -r stat 2>/dev/null </proc/$$/stat || return 0
+  # shellcheck disable=SC2086
+  set -- ${stat##*) }
+  [ "${4:-}" = "$$" ] || return 0  # not its session's leader: the scheduler ends what the job left
+  for i in 0 1 2 3 4 5 6 7 8 9 10; do
+    hpc_launch_session
+    [ -n "$hpc_launch_left" ] || return 0
+    if [ "$i" = 0 ]; then
+      echo "[hpc-launch] ending the $(wc -w <<<"$hpc_launch_left") process(es) of this job still running as it ends" >&2
+      # shellcheck disable=SC2086  # one pid a word
+      kill -TERM $hpc_launch_left 2>/dev/null
+    elif [ "$i" = 10 ]; then
+      # shellcheck disable=SC2086
+      kill -KILL $hpc_launch_left 2>/dev/null
+    fi
+    sleep 0.2
+  done
+}
 hpc_launch_exit() {
   rc=$1
+  trap '' TERM INT
+  hpc_launch_reap || true
   if [ "$rc" != 0 ] && read -r verdict 2>/dev/null <"$HPC_LAUNCH_VERDICT"; then
     case $verdict in [1-9] | [1-9][0-9] | 1[0-9][0-9]) rc=$verdict ;; esac
   fi
