@@ -227,6 +227,12 @@ def sweep(
         [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     separate: bool = typer.Option(False, "--separate", help="one job per point even where the scheduler has arrays"),
+    pack: bool = typer.Option(
+        False, "--pack", help="every point inside ONE job (one queue wait), one after another; -t is that job's"
+    ),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", metavar="SWEEP_ID", help="with --pack: run the points a cut packed sweep did not finish"
+    ),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./SWEEP_ID)"
     ),
@@ -285,7 +291,16 @@ def sweep(
     )
     try:
         code = sw.run(
-            spec, values, ui, profile_file=profile, separate=separate, out=out, no_wait=no_wait, dry_run=dry_run
+            spec,
+            values,
+            ui,
+            profile_file=profile,
+            separate=separate,
+            out=out,
+            no_wait=no_wait,
+            dry_run=dry_run,
+            pack=pack,
+            resume=resume,
         )
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_SIGINT) from None
