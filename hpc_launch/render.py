@@ -246,7 +246,8 @@ def render(
 ) -> JobScript:
     """`array`: one job array whose task i runs the entrypoint with array[i] as its training
     arguments (a sweep); only for a dialect with arrays. `pack` (a pack.Packed): one job that runs
-    every point in turn (`sweep --pack`, templates/body/pack.sh.j2)."""
+    every point in turn (`sweep --pack`, templates/body/pack.sh.j2), or a tune.Tuning: one job
+    whose trials each training chooses (`tune`, templates/body/tune.sh.j2)."""
     p = job.profile
     dialect = dialects.get(p.dialect)
     name = script_name(job, stamp)
@@ -310,6 +311,7 @@ def render(
         array_index=Sh(f"${{{dialect.array_index_var}:-}}") if array else None,
         array_first=dialect.array_first_index,
         pack_points=[],
+        tune_spec=None,
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
         ds_env_keys=[
             Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))

@@ -27,8 +27,10 @@ while [ $# -gt 0 ]; do case $1 in --zero) zero=$2; shift ;; --micro-batch) micro
 echo "start $micro" >>"$PWD/ran"
 case $micro in 13) echo "RuntimeError: fake trainer failed" >&2; exit 1 ;; 17) exec sleep 600 ;; esac
 sleep "${FAKE_SECONDS:-0}"
-echo "training smallcnn on digits: world=2 (deepspeed) zero=$zero offload=none precision=fp32 micro=$micro accum=1 global=$((micro * 2)) steps=2"
-echo "[hpc-train] step=2 epoch=0 loss=2.$micro lr=0.001 samples_per_sec=$micro.0 avg_samples_per_sec=$micro.0 mem_alloc_gb=0.1 mem_peak_gb=0.2 world_size=2"
+echo "training smallcnn on digits: world=2 (deepspeed) zero=$zero offload=none precision=fp32 micro=$micro" \
+  "accum=1 global=$((micro * 2)) steps=2"
+echo "[hpc-train] step=2 epoch=0 loss=2.$micro lr=0.001 samples_per_sec=$micro.0 avg_samples_per_sec=$micro.0" \
+  "mem_alloc_gb=0.1 mem_peak_gb=0.2 world_size=2"
 echo "training finished: steps=2 wall_s=0.4"
 echo "end $micro" >>"$PWD/ran"
 ' fake {{ train_args }}
@@ -80,9 +82,9 @@ def test_a_packed_sweep_is_one_job_and_a_failing_or_hanging_point_does_not_stop_
 
     said = Said()
     points = sw.expand({"micro_batch": [13, 17, 8]})
-    # 25 s walltime less a 10 s margin: 5 s for the first point, then the hanging one gets
-    # (15 - spent) / 2 and is stopped there; the last one still runs
-    code = sw.run(_spec(tmp_path, "0:00:25"), points, said.ui(), pack=True, out=str(tmp_path / "rep"))
+    # 31 s walltime less a 10 s margin: 7 s for the first point, then the hanging one gets
+    # (21 - spent) / 2 and is stopped there; the last one still runs
+    code = sw.run(_spec(tmp_path, "0:00:31"), points, said.ui(), pack=True, out=str(tmp_path / "rep"))
     assert code == 1  # not every point done
     sweep_id = said.ids[0]
     jobs = [r for r in JobStore().list() if (r.extra or {}).get("sweep") == sweep_id]
