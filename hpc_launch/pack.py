@@ -144,7 +144,7 @@ def extra_for(sweep_id: str, points: Sequence[Any]) -> Dict[str, Any]:
 
 def expand(records: Sequence[Any], read_journal_text=None) -> List[Any]:
     """Records with each packed sweep's jobs replaced by its points' records (read from the journal
-    through its latest job, which may be a --resume); other records as they are."""
+    through its latest job, which may be a --resume), a tune job by its trials'; others as they are."""
     read_journal_text = read_journal_text or read_journal_of
     latest: Dict[str, Any] = {}
     for r in records:
@@ -155,7 +155,11 @@ def expand(records: Sequence[Any], read_journal_text=None) -> List[Any]:
     done: set = set()
     for r in records:
         pack = (r.extra or {}).get("pack")
-        if not pack:
+        if (r.extra or {}).get("tune_journal"):  # a tune job: a row per trial (tune.py)
+            from .tune import read_journal_at, trial_records
+
+            out += trial_records(r, read_journal_at(r, r.extra["tune_journal"])) or [r]
+        elif not pack:
             out.append(r)
         elif pack["sweep"] not in done:
             done.add(pack["sweep"])

@@ -220,9 +220,14 @@ def submit_line(spec, job: Any, tuning: Tuning, journal: List[Dict[str, Any]]) -
 
 
 def read_journal_of(job: Any, tuning: Tuning) -> List[Dict[str, Any]]:
+    return read_journal_at(job, tuning.journal_relpath)
+
+
+def read_journal_at(job: Any, relpath: str) -> List[Dict[str, Any]]:
+    """The tune job's journal, wherever it ran, as its trials ([] before the first ended)."""
     from .jobs.connect import transport_for
 
-    path = f"{job.workdir.rstrip('/')}/{tuning.journal_relpath}"
+    path = f"{job.workdir.rstrip('/')}/{relpath}"
     try:
         text = transport_for(job.host).read_from(path, 0, 1 << 22).decode("utf-8", "replace")
     except FileNotFoundError:
@@ -254,7 +259,13 @@ def run(tp: TunePlan, spec, ui: Any, *, out: Optional[str] = None, dry_run: bool
     ui.announce_id(tp.tuning.tune_id)
 
     def tag(record) -> None:
-        record.extra = {**(record.extra or {}), "tune": tp.tuning.tune_id}
+        # "sweep": `status`, `cancel`, `report` take the tune's id; the journal: `report` reads the trials
+        record.extra = {
+            **(record.extra or {}),
+            "tune": tp.tuning.tune_id,
+            "sweep": tp.tuning.tune_id,
+            "tune_journal": tp.tuning.journal_relpath,
+        }
         store.update(record.cluster, record.job_id, extra=record.extra)
         ui.line(f"submitted tune {tp.tuning.tune_id} as job {record.job_id}; log: {record.log_path}")
 

@@ -138,6 +138,11 @@ def test_tune_bisects_each_stage_in_one_job_and_writes_the_winner(tmp_path, fake
     assert cfg["train_micro_batch_size_per_gpu"] == 24
     line = next(s for s in said.lines if s.startswith("run the winner: "))
     assert "--micro-batch 24" in line and "--ds-config .hpc-launch/" in line and "--micro-batch 99" not in line
+    # `hpc-launch report TUNE_ID` later: the same row per trial
+    from hpc_launch.report import report_jobs
+
+    report_jobs([said.ids[0]], out=str(tmp_path / "again"))
+    assert _rows(tmp_path / "again" / "report.csv") == rows
 
 
 @pytest.mark.train  # the job's last step, the winner's DeepSpeed config, imports DeepSpeed
