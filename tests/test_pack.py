@@ -108,12 +108,10 @@ def test_a_cut_packed_sweep_resumed_runs_only_the_points_that_did_not_finish(tmp
     from hpc_launch.pack import journal_relpath
     from hpc_launch.records import JobStore
 
-    monkeypatch.setenv("FAKE_SECONDS", "2")
     said = Said()
-    points = sw.expand({"micro_batch": [4, 5, 6]})
-    assert (
-        sw.run(_spec(tmp_path, "0:10:00", env={"FAKE_SECONDS": "2"}), points, said.ui(), pack=True, no_wait=True) == 0
-    )
+    points = sw.expand({"micro_batch": [4, 5, 6, 7]})
+    spec = _spec(tmp_path, "0:10:00", env={"FAKE_SECONDS": "2"})
+    assert sw.run(spec, points, said.ui(), pack=True, no_wait=True) == 0
     sweep_id = said.ids[0]
     journal = tmp_path / journal_relpath(sweep_id)
     deadline = time.monotonic() + 60
@@ -123,6 +121,13 @@ def test_a_cut_packed_sweep_resumed_runs_only_the_points_that_did_not_finish(tmp
     time.sleep(1)
     assert journal.read_text().count("\n") == 1
     first_job = [r for r in JobStore().list() if (r.extra or {}).get("sweep") == sweep_id][0]
+    # as an earlier job would have left them: point 3 failed (a result: not run again), point 4
+    # stopped at its limit (143: time, not a result: it gets another try)
+    args = {p.index: " ".join(p.train_args) for p in sw.plan(spec, points, pack=True).points}
+    (tmp_path / "old.p3").write_text("RuntimeError: boom\n")
+    with journal.open("a") as fh:
+        fh.write(f"point\t2\t1\told\tx.sh\t{tmp_path / 'old.p3'}\t{args[2]}\n")
+        fh.write(f"point\t3\t143\told\tx.sh\t{tmp_path / 'old.p4'}\t{args[3]}\n")
 
     again = Said()
     code = sw.run(
@@ -133,15 +138,16 @@ def test_a_cut_packed_sweep_resumed_runs_only_the_points_that_did_not_finish(tmp
         resume=sweep_id,
         out=str(tmp_path / "rep"),
     )
-    assert code == 0 and again.ids == [sweep_id]
+    assert code == 1 and again.ids == [sweep_id]  # point 3 stays failed
     ran = (tmp_path / "ran").read_text().splitlines()
     assert ran.count("start 4") == 1 and ran.count("end 4") == 1  # the finished point is not run again
-    assert ran.count("end 5") == 1 and ran.count("end 6") == 1
+    assert "start 6" not in ran  # nor the failed one
+    assert ran.count("end 5") == 1 and ran.count("end 7") == 1
     rows = _csv(tmp_path / "rep" / "report.csv")
-    assert [r["state"] for r in rows] == ["done", "done", "done"]
+    assert [r["state"] for r in rows] == ["done", "done", "failed", "done"]
     assert rows[0]["job_id"] == f"{first_job.job_id}.p1"  # its row is the first job's run
-    assert rows[1]["job_id"] != f"{first_job.job_id}.p2"
-    assert len(journal.read_text().splitlines()) == 3
+    assert rows[1]["job_id"] != f"{first_job.job_id}.p2" and rows[2]["job_id"] == "old.p3"
+    assert len(journal.read_text().splitlines()) == 5
 
 
 def test_a_packed_sweep_is_refused_when_its_points_ask_for_different_nodes(tmp_path):
