@@ -33,12 +33,12 @@ def _sweep(bin_: str, cwd: Path, *more: str) -> tuple:
     jobs = json.loads(
         subprocess.run([bin_, "status", sweep_id, "--json"], cwd=cwd, capture_output=True, text=True).stdout
     )
-    return rows, jobs
+    return rows, jobs, sweep_id
 
 
 def test_a_six_point_packed_sweep_is_one_job_with_the_rows_of_the_usual_sweep(tmp_path, hpc_launch_bin):
-    packed_rows, packed_jobs = _sweep(hpc_launch_bin, tmp_path, "--pack", "--name", "packed", "-t", "0:20:00")
-    usual_rows, usual_jobs = _sweep(hpc_launch_bin, tmp_path, "--name", "usual")
+    packed_rows, packed_jobs, sweep_id = _sweep(hpc_launch_bin, tmp_path, "--pack", "--name", "packed", "-t", "0:20:00")
+    usual_rows, usual_jobs, _ = _sweep(hpc_launch_bin, tmp_path, "--name", "usual")
     assert len(packed_jobs) == 1 and len(usual_jobs) == 6
     assert len(packed_rows) == 6 and packed_rows[0].keys() == usual_rows[0].keys()
     assert [{k: r[k] for k in SAME} for r in packed_rows] == [{k: r[k] for k in SAME} for r in usual_rows]
@@ -46,13 +46,12 @@ def test_a_six_point_packed_sweep_is_one_job_with_the_rows_of_the_usual_sweep(tm
     assert [r["job_id"] for r in packed_rows] == [f"{packed_jobs[0]['job_id']}.p{i}" for i in range(1, 7)]
     # each point's log is its own, beside the job's, and `report SWEEP_ID` reads them again
     assert all(Path(r["log"]).name == f"packed.o{packed_jobs[0]['job_id']}.p{i}" for i, r in enumerate(packed_rows, 1))
-    sweep_id = packed_jobs[0]["extra"]["sweep"] if "extra" in packed_jobs[0] else None
-    if sweep_id:
-        again = subprocess.run(
-            [hpc_launch_bin, "report", sweep_id, "--out", "again"], cwd=tmp_path, capture_output=True, text=True
-        )
-        assert again.returncode == 0, again.stderr
-        assert len(list(csv.DictReader(open(tmp_path / "again" / "report.csv")))) == 6
+    again = subprocess.run(
+        [hpc_launch_bin, "report", sweep_id, "--out", "again"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    with open(tmp_path / "again" / "report.csv") as fh:
+        assert list(csv.DictReader(fh)) == packed_rows
 
 
 def test_a_point_that_fails_at_run_time_is_a_failed_row_and_the_others_run(tmp_path, monkeypatch):
