@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import msgspec
 from msgspec import field
@@ -244,9 +244,13 @@ def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
     return Sh('"$HPC_TRAIN"')  # set by the script from the installed package (templates/body/job.sh.j2)
 
 
-def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = None) -> JobScript:
+def render(
+    job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = None, pack: Optional[Any] = None
+) -> JobScript:
     """`array`: one job array whose task i runs the entrypoint with array[i] as its training
-    arguments (a sweep); only for a dialect with arrays."""
+    arguments (a sweep); only for a dialect with arrays. `pack` (a pack.Packed): one job that runs
+    every point in turn (`sweep --pack`, templates/body/pack.sh.j2), or a tune.Tuning: one job
+    whose trials each training chooses (`tune`, templates/body/tune.sh.j2)."""
     p = job.profile
     dialect = dialects.get(p.dialect)
     name = script_name(job, stamp)
@@ -308,10 +312,12 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         entry=launch_entry(job, deepspeed_launcher=launcher.deepspeed_cli),
         python=q(p.python.python) if not job.venv else Sh("python"),
         # an array task's arguments are its point's, chosen by its index (templates/body/job.sh.j2)
-        train_args=Sh('"${HPC_LAUNCH_TRAIN_ARGS[@]}"') if array else qjoin(job.train_args),
+        train_args=Sh('"${HPC_LAUNCH_TRAIN_ARGS[@]}"') if array or pack else qjoin(job.train_args),
         array_points=[qjoin(args) for args in array or []],
         array_index=Sh(f"${{{arrays.array_index_var}:-}}") if arrays else None,
         array_first=arrays.array_first_index if arrays else 1,
+        pack_points=[],
+        tune_spec=None,
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
         ds_env_keys=[
             Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))
@@ -327,6 +333,8 @@ def render(job: ResolvedJob, *, stamp: str, array: Optional[List[List[str]]] = N
         if job.chain > 1 and isinstance(dialect, ChainHandOff)
         else None,
     )
+    if pack:
+        context.update(pack.context())
     text = _render_template(dialect.template, context)
     return JobScript(
         text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags, log_prefix=log_prefix

@@ -207,6 +207,7 @@ class Submission:
     points: List[Point]
     prepared: Any
     array: bool
+    packed: bool = False  # every point in this one job, one after another (`--pack`: hpc_launch/pack.py)
 
 
 @dataclass
@@ -232,9 +233,13 @@ def plan(
     profile_file: ProfileFiles = None,
     separate: bool = False,
     stamp: Optional[str] = None,
+    pack: bool = False,
+    resume: Optional[str] = None,
 ) -> SweepPlan:
     """Every point resolved against the cluster (site rules included), then checked (batch
-    arithmetic, DeepSpeed's validator, plan's memory estimators) before anything exists."""
+    arithmetic, DeepSpeed's validator, plan's memory estimators) before anything exists.
+    `pack`: one job runs every point; `resume`: the id of a packed sweep whose journal says which
+    points have ended (those are not run again)."""
     from . import dialects
     from .render import render
     from .prepare import Prepared, prepare
@@ -244,8 +249,10 @@ def plan(
             "a sweep runs the shipped entrypoint (its --zero, --offload, --precision, --micro-batch flags)",
             hint="leave out --script; pass other training flags with --train-args",
         )
+    if resume and not pack:
+        raise SpecError("--resume continues a packed sweep", hint="add --pack (and the same points)")
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-    sweep_id = f"{spec.name}-{stamp}"
+    sweep_id = resume or f"{spec.name}-{stamp}"
     base = prepare(spec, profile_file=profile_file, stamp=stamp)
     base_args = list(base.job.train_args)
     points: List[Point] = []
@@ -259,7 +266,9 @@ def plan(
     result = SweepPlan(sweep_id, points)
     dialect = dialects.get(base.job.profile.dialect)
     shapes = {p.shape for p in points}
-    if dialect.supports(dialects.Arrays) and len(points) > 1 and len(shapes) == 1 and not separate:
+    if pack:
+        result.submissions.append(_packed(sweep_id, points, stamp))
+    elif dialect.supports(dialects.Arrays) and len(points) > 1 and len(shapes) == 1 and not separate:
         first = points[0].prepared
         script = render(first.job, stamp=stamp, array=[p.train_args for p in points])
         result.submissions.append(
@@ -277,6 +286,21 @@ def plan(
     return result
 
 
+def _packed(sweep_id: str, points: List[Point], stamp: str) -> Submission:
+    """One job that runs every point in turn: the first point's job, its launch once per point."""
+    from .pack import Packed, check_packable
+    from .prepare import Prepared
+    from .render import render
+
+    why = check_packable(points)
+    if why:
+        raise SpecError(f"--pack: {why}", hint="give one --nodes value, or leave out --pack")
+    first = points[0].prepared
+    packed = Packed(sweep_id, [p.train_args for p in points], first.job.walltime_s)
+    script = render(first.job, stamp=stamp, pack=packed)
+    return Submission(points, Prepared(script=script, host=first.host, uploads=first.uploads), False, True)
+
+
 def _check_user_limits(sweep: SweepPlan) -> None:
     """Every point is queued at once: refused before anything is submitted where the site lets
     a user have fewer jobs in the queue (each array task counts where the site counts it), and
@@ -287,7 +311,7 @@ def _check_user_limits(sweep: SweepPlan) -> None:
     jobs: Dict[Optional[str], int] = {}
     for sub in sweep.submissions:
         job = sub.prepared.job
-        tasks = len(sub.points) if not sub.array or profile.array_tasks_count else 1
+        tasks = 1 if sub.packed else len(sub.points) if not sub.array or profile.array_tasks_count else 1
         jobs[job.queue] = jobs.get(job.queue, 0) + tasks * job.chain
     total = sum(jobs.values())
     site_rules.check_jobs(
@@ -316,7 +340,13 @@ def describe(sweep: SweepPlan) -> str:
     lines = [f"# sweep {sweep.sweep_id}: {len(sweep.points)} point(s), {len(sweep.submissions)} submission(s)"]
     lines += [f"# note: {n}" for n in sweep.notes]
     for sub in sweep.submissions:
-        kind = f"array of {len(sub.points)} tasks" if sub.array else "one job"
+        kind = (
+            f"array of {len(sub.points)} tasks"
+            if sub.array
+            else f"one packed job of {len(sub.points)} points, one after another"
+            if sub.packed
+            else "one job"
+        )
         lines.append(f"# {kind}, script {sub.prepared.script_path}")
         for p in sub.points:
             lines.append(
@@ -325,6 +355,12 @@ def describe(sweep: SweepPlan) -> str:
             )
         lines.append(sub.prepared.submit_display())
     return "\n".join(lines)
+
+
+def _extra_packed(sweep: SweepPlan, sub: Submission) -> dict:
+    from .pack import extra_for
+
+    return {"sweep": sweep.sweep_id, "points": len(sweep.points), **extra_for(sweep.sweep_id, sub.points)}
 
 
 def _extra(sweep: SweepPlan, p: Point) -> dict:
@@ -354,8 +390,9 @@ def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any]
         else:
             p = sub.points[0]
 
-            def tag(record, p=p):
-                record.extra = {**(record.extra or {}), **_extra(sweep, p)}
+            def tag(record, p=p, sub=sub):
+                more = _extra_packed(sweep, sub) if sub.packed else _extra(sweep, p)
+                record.extra = {**(record.extra or {}), **more}
                 store.update(record.cluster, record.job_id, extra=record.extra)
                 if on_recorded is not None:
                     on_recorded(record)
@@ -434,6 +471,20 @@ class Run:
     show_script: Callable[[str], Any] = lambda text: None  # --dry-run: each script
 
 
+def _packed_points(ended: List[Any], ui: Run, sweep_id: str) -> List[Any]:
+    """The packed job's points as records from its journal; how to resume when some did not run."""
+    from .pack import expand
+
+    points = expand(ended)
+    cut = [r for r in points if r.exit_code is None and r.state != "done"]
+    if cut:
+        ui.say(
+            f"{len(cut)} point(s) did not run to their end in job {ended[0].job_id} ({ended[0].state}): "
+            f"run the same sweep command with --pack --resume {sweep_id} to run only those"
+        )
+    return points
+
+
 def run(
     spec,
     values: List[Dict[str, Any]],
@@ -444,13 +495,15 @@ def run(
     out: Optional[str] = None,
     no_wait: bool = False,
     dry_run: bool = False,
+    pack: bool = False,
+    resume: Optional[str] = None,
 ) -> int:
     """Plan and check every point, submit, wait for all, write the report. Returns the exit code
     (0 when every point is done). Ctrl-C says what keeps running and how to reach it."""
     from . import report as rp
     from .records import JobStore
 
-    sweep = plan(spec, values, profile_file=profile_file, separate=separate)
+    sweep = plan(spec, values, profile_file=profile_file, separate=separate, pack=pack, resume=resume)
     for line in sweep.notes:
         ui.say(line)
     if dry_run:
@@ -463,13 +516,18 @@ def run(
 
     def announce(record) -> None:
         extra = record.extra or {}
+        if extra.get("pack"):
+            ui.line(
+                f"submitted the {len(sweep.points)} points as one packed job {record.job_id}; log: {record.log_path}"
+            )
+            return
         within = f" (task of array {extra['array']})" if extra.get("array") else ""
         ui.line(
             f"submitted point {extra.get('point_index', 0) + 1} [{label(extra.get('point', {}))}] as "
             f"{record.job_id}{within}; log: {record.log_path}"
         )
 
-    in_turn = sweep.shares_one_machine and not no_wait
+    in_turn = sweep.shares_one_machine and not no_wait and not pack
     try:
         if in_turn:
             ui.say("no scheduler on this cluster: the points run one after another, so none slows another's figures")
@@ -483,6 +541,8 @@ def run(
                 )
                 return 0
             ended = watch(store, records)
+        if pack:
+            ended = _packed_points(ended, ui, sweep.sweep_id)
     except KeyboardInterrupt:
         later = " (points not yet started are not submitted)" if in_turn else ""
         ui.say(

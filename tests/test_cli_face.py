@@ -14,6 +14,7 @@ from envutil import scheduler_env_cleared
 COMMANDS = [
     "submit",
     "sweep",
+    "tune",
     "logs",
     "status",
     "list",
@@ -142,7 +143,7 @@ def test_the_help_lists_the_commands_by_use_submit_first(hpc_launch_bin, env):
     panels = re.findall(r"^╭─ (.+?) ─", text, re.M)
     assert panels == ["Options", "Run a job", "Follow a job", "Plan", "Inside a job"], panels
     listed = re.findall(r"^│ ([a-z][a-z-]*) ", text, re.M)
-    assert listed[:4] == ["submit", "sweep", "rerun", "status"], listed
+    assert listed[:5] == ["submit", "sweep", "tune", "rerun", "status"], listed
     assert listed[-2:] == ["hostfile", "announce"]
     # every command sits in a panel of its use, none in typer's catch-all "Commands"
     assert sorted(listed) == sorted(c for c in COMMANDS if " " not in c)

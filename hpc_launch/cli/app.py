@@ -24,7 +24,7 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 # `hpc-launch --help` lists the commands by use, in the order a newcomer meets them, one panel each
 # (typer's rich_help_panel). Every command is named here: tests/test_cli_face.py checks it.
 PANELS = (
-    ("Run a job", ("submit", "sweep", "rerun")),
+    ("Run a job", ("submit", "sweep", "tune", "rerun")),
     ("Follow a job", ("status", "logs", "list", "show", "cancel", "doctor", "report", "hosts", "adopt")),
     ("Plan", ("where", "plan", "clusters", "completion")),
     ("Inside a job", ("hostfile", "announce")),

@@ -227,6 +227,12 @@ def sweep(
         [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
     separate: bool = typer.Option(False, "--separate", help="one job per point even where the scheduler has arrays"),
+    pack: bool = typer.Option(
+        False, "--pack", help="every point inside ONE job (one queue wait), one after another; -t is that job's"
+    ),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", metavar="SWEEP_ID", help="with --pack: run the points a cut packed sweep did not finish"
+    ),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./SWEEP_ID)"
     ),
@@ -285,8 +291,125 @@ def sweep(
     )
     try:
         code = sw.run(
-            spec, values, ui, profile_file=profile, separate=separate, out=out, no_wait=no_wait, dry_run=dry_run
+            spec,
+            values,
+            ui,
+            profile_file=profile,
+            separate=separate,
+            out=out,
+            no_wait=no_wait,
+            dry_run=dry_run,
+            pack=pack,
+            resume=resume,
         )
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_SIGINT) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def tune(
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        "-c",
+        metavar="NAME",
+        autocompletion=complete_clusters,
+        help="cluster profile name (default: local)",
+    ),
+    zero: str = typer.Option("1,2,3", "--zero", metavar="0,1,2,3", help="ZeRO stages to try, comma-separated"),
+    offload: str = typer.Option("none", "--offload", metavar="LIST", help="offloads: none,optimizer,optimizer+params"),
+    micro_batch: str = typer.Option(
+        "1-256", "--micro-batch", metavar="LOW-HIGH", help="the micro-batch range bisected for each choice"
+    ),
+    mem_limit: Optional[float] = typer.Option(
+        None,
+        "--mem-limit",
+        metavar="GIB",
+        help="a trial whose rank's peak memory (peak RSS on CPU) goes above this counts as out of memory",
+    ),
+    train_args: Optional[str] = typer.Option(
+        None, "--train-args", metavar="'ARGS'", help="the other training arguments, shared by every trial"
+    ),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-n", metavar="N", help="nodes of the one job"),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs (ranks) per node"
+    ),
+    queue: Optional[str] = typer.Option(
+        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
+    ),
+    walltime: Optional[str] = typer.Option(None, "--walltime", "-t", metavar="TIME", help="the one job's, all trials"),
+    group: Optional[str] = typer.Option(
+        None, "--group", "--project", "-P", metavar="GROUP", help="accounting group/project"
+    ),
+    name: str = typer.Option("tune", "--name", "-N", metavar="NAME", help="job name; the tune's id is NAME-TIMESTAMP"),
+    env: List[str] = typer.Option(
+        [], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE exported in the job (repeatable)"
+    ),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job runs and logs"),
+    venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
+    login: Optional[str] = typer.Option(
+        None, "--login", metavar="HOST", help="submit over SSH on this host (~/.ssh/config alias)"
+    ),
+    config: Optional[str] = typer.Option(
+        None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
+    ),
+    profile: List[str] = typer.Option(
+        [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
+    ),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", metavar="TUNE_ID", help="go on with a cut tune: its journal's trials are not run again"
+    ),
+    out: Optional[str] = typer.Option(
+        None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./TUNE_ID)"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="check and print the job; submit nothing"),
+) -> None:
+    """Find the largest micro-batch that fits per ZeRO stage / offload, then the fastest, inside ONE job.
+
+    Bisection on out of memory for each choice (at most log2(HIGH-LOW)+2 trials), every trial a row
+    of the report (out-of-memory ones with state oom); writes tune.md, ds_config.json (the winner's
+    DeepSpeed config) and the `hpc-launch submit` line that uses it (docs/tune.md)."""
+    from .. import sweep as sw
+    from .. import tune as tn
+    from ..project_config import spec_for
+
+    spec = spec_for(
+        config,
+        dict(
+            cluster=cluster,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            queue=queue,
+            walltime=walltime,
+            group=group,
+            name=name,
+            env=parse_env(env),
+            train_args=split_args(train_args),
+            workdir=workdir,
+            venv=venv,
+            login=login,
+        ),
+    )
+    tp = tn.plan(
+        spec,
+        sw.axis_values("zero", zero, "--zero"),
+        sw.axis_values("offload", offload, "--offload"),
+        tn.parse_range(micro_batch),
+        mem_limit_gb=mem_limit,
+        profile_file=profile,
+        resume=resume,
+    )
+
+    def announce_id(tune_id: str) -> None:
+        sys.stdout.write(tune_id + "\n")
+        sys.stdout.flush()
+
+    ui = sw.Run(
+        say=say, line=lambda text: sys.stderr.write(text + "\n"), announce_id=announce_id, show_script=sys.stdout.write
+    )
+    try:
+        code = tn.run(tp, spec, ui, out=out, dry_run=dry_run)
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_SIGINT) from None
     raise typer.Exit(code)

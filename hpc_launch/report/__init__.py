@@ -167,5 +167,8 @@ def report_jobs(
             f"{len(running)} of the jobs have not ended yet ({', '.join(running[:5])})",
             hint=f"wait for them (`hpc-launch logs -f {idents[0]}`), then report",
         )
+    from ..pack import expand
+
+    records = expand(records)  # a packed sweep's job as its points (sweep --pack)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in idents[0])
     return write_for(records, out or f"report-{safe}", f"report of {', '.join(idents)}", plan)
