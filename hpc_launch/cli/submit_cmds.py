@@ -152,6 +152,13 @@ def submit(
         help="a shared directory staged too; the job finds the copy in $HPC_LAUNCH_STAGED_DATA",
     ),
     no_stage: bool = typer.Option(False, "--no-stage", help="no node-local staging for this job, whatever the profile"),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="run the ranks inside this image (a path where the job runs, or a registry name), "
+        "started by the site's launcher as the profile's container: says (docs/containers.md)",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
     ),
