@@ -12,7 +12,7 @@ podman's `--env NAME`, which takes the value from the caller's environment), nev
 from __future__ import annotations
 
 import shlex
-from typing import Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from .errors import SpecError
 from .profiles import Container, Profile
@@ -153,3 +153,41 @@ def srun_options(c: Container, image: str, *, workdir: str) -> str:
     )
     words = [f"--container-image={img}", f"--container-mounts={mounts}", f"--container-workdir={WORKDIR}"]
     return " " + " ".join(words + [_quoted(c.gpu_flags), _quoted(c.args)]).strip()
+
+
+DIGEST_MAX_BYTES = 64 << 20  # an image file this small is hashed at submit; a big one is recorded by size and time
+
+
+def check_image(transport, job, workdir: str) -> Dict[str, Any]:
+    """Before anything is written or submitted: the image is readable where the job will run
+    (over the job's transport, SSH too). Returns what the capsule records of it."""
+    image = job.container
+    c = job.profile.container
+    if is_reference(image, c.runtime):
+        return {"image": image, "runtime": c.runtime, "reference": True}
+    word = path_word(job_path(image, workdir))
+    probe = (
+        f'IMG={word}; [ -r "$IMG" ] || {{ echo "$IMG"; exit 4; }}; '
+        'printf "%s\\n" "$IMG"; stat -L -c "%F|%s|%Y" -- "$IMG"; '
+        f'if [ -f "$IMG" ] && [ "$(stat -L -c %s -- "$IMG")" -le {DIGEST_MAX_BYTES} ]; then sha256sum -- "$IMG"; fi'
+    )
+    result = transport.run(["bash", "-c", probe], timeout=120.0)
+    lines = result.out.splitlines()
+    if result.rc == 4:
+        shown = lines[0] if lines else image
+        raise SpecError(
+            f"--container: image {shown} not found or not readable on {transport.host}",
+            hint="give the image's path where the job runs (copy or pull it there first), or a registry name",
+        )
+    if result.rc != 0 or len(lines) < 2:
+        raise SpecError(
+            f"--container: cannot look at image {image} on {transport.host}: {result.err.strip() or result.rc}"
+        )
+    kind, size, mtime = (lines[1].split("|") + ["", "", ""])[:3]
+    record: Dict[str, Any] = {"image": lines[0], "runtime": c.runtime, "kind": kind}
+    if kind.startswith("regular"):
+        record["bytes"] = int(size)
+    record["mtime"] = int(mtime) if mtime.isdigit() else None
+    if len(lines) > 2 and lines[2].split():
+        record["sha256"] = lines[2].split()[0]
+    return record

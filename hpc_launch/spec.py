@@ -157,6 +157,7 @@ class ResolvedJob(msgspec.Struct):
         None  # where the job imports a --script's neighbours the capsule could not take (hpc_launch/capsule.py)
     )
     container: Optional[str] = None  # the image the ranks run in, as given (hpc_launch/container.py)
+    container_record: Optional[Dict[str, Any]] = None  # what submit found of it where the job runs (capsule.json)
 
     @property
     def alloc_nodes(self) -> int:

@@ -1,0 +1,144 @@
+"""`--container IMAGE` for real: Debian's charliecloud (`ch-run`, unprivileged) runs each rank of a
+2-rank training inside an image built here without any registry (a directory holding a marker file
+only the image has; the host's /usr, Python and venv bound in), on `--cluster local` (DeepSpeed's
+launcher starts `--no_python` ranks through ch-run) and on the testbed's Slurm pods (srun starts
+ch-run per task). Each rank prints what it sees: the marker, and whether a --pass-env secret
+reached it; the losses must equal the same run outside the image, and the secret must be in no
+process's command line and no file of the work dir."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e_support import CLI, make_cli
+
+pytestmark = pytest.mark.scheduler
+
+SECRET = "ct-s3cr3t-9f1e27"
+TRAIN = "--model smallcnn --data digits --steps 4 --micro-batch 8 --log-every 1 --no-eval"
+# The rank's own report, then the shipped entrypoint. It scans every process's command line on the
+# node while the launcher and ch-run are alive (ch-run keeps the host's /proc and pid namespace).
+MARKER_SCRIPT = """\
+import os
+import sys
+
+from train.__main__ import entry
+
+rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "?"
+marker = open("/IMAGE_MARKER").read().strip() if os.path.exists("/IMAGE_MARKER") else "absent"
+secret = os.environ.get("CT_SECRET_TOKEN", "")
+leaks = 0
+for pid in os.listdir("/proc"):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            leaks += secret.encode() in f.read() if secret else 0
+    except OSError:
+        pass
+seen = "yes" if secret else "no"
+print(f"[container-check] rank={rank} marker={marker} secret={seen} cmdline_leaks={leaks}", flush=True)
+sys.argv[0] = "hpc-train"
+entry()
+"""
+
+
+def _image(base: Path) -> Path:
+    """A charliecloud image directory: mount points for the host's /usr, Python and work trees,
+    the files ch-run binds over, and the marker."""
+    img = base / "img"
+    for d in ("usr", "etc", "tmp", "proc", "dev", "sys", "home", "work", "root/.pyenv", "run", "var"):
+        (img / d).mkdir(parents=True, exist_ok=True)
+    for name in ("bin", "lib", "lib64", "sbin"):
+        os.symlink(f"usr/{name}", img / name)
+    for f in ("passwd", "group", "hosts", "resolv.conf", "nsswitch.conf"):
+        (img / "etc" / f).touch()
+    (img / "IMAGE_MARKER").write_text("inside-hpc-launch-test-image\n")
+    return img
+
+
+def _binds_profile(base: Path, name: str) -> Path:
+    python_home = str(Path(os.path.realpath(shutil.which("python3") or "/usr/bin/python3")).parents[1])
+    binds = sorted({"/usr", "/work", "/root/.pyenv" if python_home.startswith("/root/.pyenv") else "/usr"})
+    path = base / f"{name}-container.yaml"
+    path.write_text(f"name: {name}\ncontainer: {{binds: [{', '.join(binds)}]}}\n")
+    return path
+
+
+def _losses(log: str) -> list:
+    return re.findall(r"\[hpc-train\] step=(\d+) .*?loss=([\d.]+)", log)
+
+
+def _run(cli: CLI, workdir: Path, *extra: str, timeout=300) -> str:
+    r = cli(
+        "submit",
+        "--script",
+        "marker.py",
+        "--pass-env",
+        "CT_SECRET_TOKEN",
+        "--train-args",
+        TRAIN,
+        "-f",
+        "-a",
+        *extra,
+        timeout=timeout,
+        extra_env={"CT_SECRET_TOKEN": SECRET, "USER": os.environ.get("USER", "root")},
+    )
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    return r.stdout
+
+
+def _check_inside(out: str, workdir: Path) -> None:
+    checks = re.findall(r"\[container-check\] rank=(\S+) marker=(\S+) secret=(\S+) cmdline_leaks=(\d+)", out)
+    assert sorted(c[0] for c in checks) == ["0", "1"], out[-3000:]
+    assert all(c[1] == "inside-hpc-launch-test-image" for c in checks), checks
+    assert all(c[2] == "yes" and c[3] == "0" for c in checks), checks  # reached the rank, on no command line
+    leaked = subprocess.run(["grep", "-rlF", SECRET, str(workdir)], capture_output=True, text=True)
+    assert leaked.stdout == "", f"the secret is written in {leaked.stdout}"
+
+
+def _ch_run() -> None:
+    if not shutil.which("ch-run"):
+        pytest.fail("ch-run is not installed: testbed/install.sh installs charliecloud-runtime")
+
+
+@pytest.mark.beside
+def test_local_ranks_run_inside_the_image_and_train_the_same(hpc_launch_bin, tmp_path):
+    _ch_run()
+    (tmp_path / "marker.py").write_text(MARKER_SCRIPT)
+    img = _image(tmp_path / "image")
+    env = dict(os.environ, HPC_LAUNCH_CLUSTERS_DIR=str(tmp_path))
+    cli = CLI(hpc_launch_bin, env, tmp_path)
+    _binds_profile(tmp_path, "local").rename(tmp_path / "local.yaml")
+    inside = _run(cli, tmp_path, "--cluster", "local", "--container", str(img))
+    _check_inside(inside, tmp_path)
+    outside = _run(cli, tmp_path, "--cluster", "local")
+    assert "marker=absent" in outside
+    assert _losses(inside) and _losses(inside) == _losses(outside)
+    capsules = list((tmp_path / ".hpc-launch").rglob("capsule.json"))
+    assert any(f'"image": "{img}"' in c.read_text() for c in capsules), "the capsule records the image"
+
+
+def test_slurm_ranks_run_inside_the_image_on_two_pods(hpc_launch_bin, testbed, shared_workdir):
+    _ch_run()
+    (shared_workdir / "marker.py").write_text(MARKER_SCRIPT)
+    img = _image(shared_workdir / "image")
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    extra = _binds_profile(shared_workdir, "tb-slurm")
+    common = ("--cluster", "tb-slurm", "--nodes", "2", "--profile", str(extra))
+    inside = _run(cli, shared_workdir, *common, "--container", str(img))
+    _check_inside(inside, shared_workdir)
+    outside = _run(cli, shared_workdir, *common)
+    assert _losses(inside) and _losses(inside) == _losses(outside)
+
+
+def test_a_missing_image_is_refused_before_anything_is_written(hpc_launch_bin, tmp_path):
+    cli = CLI(hpc_launch_bin, dict(os.environ), tmp_path)
+    r = cli("submit", "--cluster", "local", "--container", str(tmp_path / "nope.sif"))
+    assert r.returncode != 0
+    assert f"image {tmp_path}/nope.sif not found or not readable on localhost" in r.stderr
+    assert not (tmp_path / ".hpc-launch").exists() or not list((tmp_path / ".hpc-launch").iterdir())
