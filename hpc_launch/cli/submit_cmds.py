@@ -227,6 +227,12 @@ def sweep(
     login: Optional[str] = typer.Option(
         None, "--login", metavar="HOST", help="submit over SSH on this host (~/.ssh/config alias)"
     ),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="run every point's ranks inside this image (docs/containers.md)",
+    ),
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
@@ -280,6 +286,7 @@ def sweep(
             workdir=workdir,
             venv=venv,
             login=login,
+            container=container,
         ),
     )
 
@@ -359,6 +366,12 @@ def rerun(
     profile: List[str] = typer.Option(
         [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="run the ranks inside this image (default: the job's image, from its capsule)",
+    ),
     chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs (default: the job's)"),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
@@ -389,6 +402,7 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
         venv=venv,
         login=login,
         chain=chain,
+        container=container,
     )
     try:
         rerun_job(
@@ -444,6 +458,12 @@ def where(
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job would run and log"),
     venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
     login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="ask over SSH on this host"),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="the ranks would run inside this image (the profile's container: is checked)",
+    ),
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
@@ -490,6 +510,7 @@ the job goes to each cluster, the first to start trains and the others are cance
         login=login,
         exclude=exclude,
         spares=spares,
+        container=container,
     )
     clusters = [c for item in cluster for c in split_list(item) or []]
     if not clusters:
