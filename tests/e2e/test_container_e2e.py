@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ import sys
 
 from train.__main__ import entry
 
-rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "?"
+rank = next((os.environ[k] for k in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "RANK") if k in os.environ), "?")
 marker = open("/IMAGE_MARKER").read().strip() if os.path.exists("/IMAGE_MARKER") else "absent"
 secret = os.environ.get("CT_SECRET_TOKEN", "")
 leaks = 0
@@ -47,11 +48,19 @@ entry()
 """
 
 
+def _host_binds() -> list:
+    """What the image borrows from the host: /usr, the Python the venv was made from, and the
+    tree holding this checkout and its venv."""
+    python_home = os.path.realpath(sys.base_prefix)
+    checkout = "/" + Path(__file__).resolve().parts[1]
+    return sorted({"/usr", python_home, checkout, "/" + Path(os.path.realpath(sys.prefix)).parts[1]})
+
+
 def _image(base: Path) -> Path:
-    """A charliecloud image directory: mount points for the host's /usr, Python and work trees,
-    the files ch-run binds over, and the marker."""
+    """A charliecloud image directory: mount points for the host's trees it borrows, the files
+    ch-run binds over, and the marker."""
     img = base / "img"
-    for d in ("usr", "etc", "tmp", "proc", "dev", "sys", "home", "work", "root/.pyenv", "run", "var"):
+    for d in ("usr", "etc", "tmp", "proc", "dev", "sys", "home", "run", "var", *(b.lstrip("/") for b in _host_binds())):
         (img / d).mkdir(parents=True, exist_ok=True)
     for name in ("bin", "lib", "lib64", "sbin"):
         os.symlink(f"usr/{name}", img / name)
@@ -62,10 +71,10 @@ def _image(base: Path) -> Path:
 
 
 def _binds_profile(base: Path, name: str) -> Path:
-    python_home = str(Path(os.path.realpath(shutil.which("python3") or "/usr/bin/python3")).parents[1])
-    binds = sorted({"/usr", "/work", "/root/.pyenv" if python_home.startswith("/root/.pyenv") else "/usr"})
+    """A partial profile: charliecloud (whatever the site's runtime) with the host's trees bound."""
     path = base / f"{name}-container.yaml"
-    path.write_text(f"name: {name}\ncontainer: {{binds: [{', '.join(binds)}]}}\n")
+    wiring = "{runtime: charliecloud, modules: [], gpu_flags: [], args: [], env: {}, binds: [%s]}"
+    path.write_text(f"name: {name}\ncontainer: {wiring % ', '.join(_host_binds())}\n")
     return path
 
 
@@ -116,6 +125,7 @@ def test_local_ranks_run_inside_the_image_and_train_the_same(hpc_launch_bin, tmp
     _binds_profile(tmp_path, "local").rename(tmp_path / "local.yaml")
     inside = _run(cli, tmp_path, "--cluster", "local", "--container", str(img))
     _check_inside(inside, tmp_path)
+    assert "[hpc-launch] preflight ok: 2 ranks" in inside  # the start gate ran inside the image
     outside = _run(cli, tmp_path, "--cluster", "local")
     assert "marker=absent" in outside
     assert _losses(inside) and _losses(inside) == _losses(outside)
@@ -123,15 +133,19 @@ def test_local_ranks_run_inside_the_image_and_train_the_same(hpc_launch_bin, tmp
     assert any(f'"image": "{img}"' in c.read_text() for c in capsules), "the capsule records the image"
 
 
-def test_slurm_ranks_run_inside_the_image_on_two_pods(hpc_launch_bin, testbed, shared_workdir):
+# srun starts ch-run per task (Slurm); Open MPI's mpirun does across the pods (the PBS dialect, ABCI's route)
+@pytest.mark.parametrize("cluster", ["tb-slurm", "tb-pbs-mpi"])
+def test_scheduled_ranks_run_inside_the_image_on_two_pods(hpc_launch_bin, testbed, shared_workdir, cluster):
     _ch_run()
     (shared_workdir / "marker.py").write_text(MARKER_SCRIPT)
     img = _image(shared_workdir / "image")
-    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
-    extra = _binds_profile(shared_workdir, "tb-slurm")
-    common = ("--cluster", "tb-slurm", "--nodes", "2", "--profile", str(extra))
+    pbs_bin = testbed["HPC_TESTBED_PBS_BIN"] if cluster.startswith("tb-pbs") else None  # Slurm's qsub wrappers
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=pbs_bin)
+    extra = _binds_profile(shared_workdir, cluster)
+    common = ("--cluster", cluster, "--nodes", "2", "--profile", str(extra))
     inside = _run(cli, shared_workdir, *common, "--container", str(img))
     _check_inside(inside, shared_workdir)
+    assert "[hpc-launch] preflight ok: 2 ranks on 2 hosts" in inside
     outside = _run(cli, shared_workdir, *common)
     assert _losses(inside) and _losses(inside) == _losses(outside)
 
