@@ -31,7 +31,8 @@ import sys
 
 from train.__main__ import entry
 
-rank = next((os.environ[k] for k in ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "RANK") if k in os.environ), "?")
+names = ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "RANK")
+rank = next((os.environ[k] for k in names if k in os.environ), "?")
 marker = open("/IMAGE_MARKER").read().strip() if os.path.exists("/IMAGE_MARKER") else "absent"
 secret = os.environ.get("CT_SECRET_TOKEN", "")
 leaks = 0
@@ -156,3 +157,44 @@ def test_a_missing_image_is_refused_before_anything_is_written(hpc_launch_bin, t
     assert r.returncode != 0
     assert f"image {tmp_path}/nope.sif not found or not readable on localhost" in r.stderr
     assert not (tmp_path / ".hpc-launch").exists() or not list((tmp_path / ".hpc-launch").iterdir())
+
+
+@pytest.mark.beside
+def test_the_watchdog_names_a_stopped_rank_inside_the_image(hpc_launch_bin, tmp_path):
+    """ch-run keeps the host's pid namespace: the rank's pid as it prints it is the one to stop."""
+    _ch_run()
+    (tmp_path / "marker.py").write_text(MARKER_SCRIPT)
+    img = _image(tmp_path / "image")
+    cli = CLI(hpc_launch_bin, dict(os.environ, HPC_LAUNCH_CLUSTERS_DIR=str(tmp_path)), tmp_path)
+    _binds_profile(tmp_path, "local").rename(tmp_path / "local.yaml")
+    job = cli.submit(
+        "--cluster", "local", "--container", str(img), "--script", "marker.py", "--name", "hangs",
+        "--env", "HPC_LAUNCH_HANG_S=8", "--env", "HPC_LAUNCH_HANG_FACTOR=2", "--pass-env", "CT_SECRET_TOKEN",
+        "--train-args", "--model smallcnn --data synthetic --steps 100000 --micro-batch 8 --log-every 10 --no-eval",
+        extra_env={"CT_SECRET_TOKEN": SECRET},
+    )  # fmt: skip
+    log = tmp_path / f"hangs.o{job}"
+    text = cli.wait_log(log, "[hpc-train] step=20 ", timeout=240)
+    assert "marker=inside-hpc-launch-test-image" in text
+    pid = _rank_pid(tmp_path, "1")
+    try:
+        subprocess.run(["kill", "-STOP", pid], check=True)
+        assert cli.wait_state(job, {"failed", "done", "cancelled"}, timeout=120) == "failed"
+    finally:
+        subprocess.run(["kill", "-CONT", pid], capture_output=True)
+        cli("cancel", job)
+    assert re.search(r"^\[hpc-launch\] hang: rank 1 on \S+ stopped", log.read_text(), re.M), log.read_text()[-3000:]
+
+
+def _rank_pid(workdir: Path, rank: str) -> str:
+    """The pid of this job's rank `rank` (ch-run execs the rank: the pid the host sees is the rank's)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+            env = (entry / "environ").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if b"marker.py" in cmd and cwd == str(workdir) and f"RANK={rank}".encode() in env:
+            return entry.name
+    raise AssertionError(f"no rank {rank} of the job in {workdir}")
