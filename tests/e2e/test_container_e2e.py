@@ -83,13 +83,12 @@ def _losses(log: str) -> list:
     return re.findall(r"\[hpc-train\] step=(\d+) .*?loss=([\d.]+)", log)
 
 
-def _run(cli: CLI, workdir: Path, *extra: str, timeout=300) -> str:
+def _run(cli: CLI, workdir: Path, *extra: str, timeout=300, secret=True) -> str:
     r = cli(
         "submit",
         "--script",
         "marker.py",
-        "--pass-env",
-        "CT_SECRET_TOKEN",
+        *(["--pass-env", "CT_SECRET_TOKEN"] if secret else []),
         "--train-args",
         TRAIN,
         "-f",
@@ -148,6 +147,40 @@ def test_scheduled_ranks_run_inside_the_image_on_two_pods(hpc_launch_bin, testbe
     _check_inside(inside, shared_workdir)
     assert "[hpc-launch] preflight ok: 2 ranks on 2 hosts" in inside
     outside = _run(cli, shared_workdir, *common)
+    assert _losses(inside) and _losses(inside) == _losses(outside)
+
+
+def test_pods_ranks_run_inside_the_image_through_deepspeeds_pdsh_runner(hpc_launch_bin, testbed, shared_workdir):
+    """DeepSpeed's pdsh runner starts `--no_python` ranks through ch-run on each pod; submitted over
+    SSH from pod1, where the image is checked first. (--pass-env is refused there for 2 nodes: the
+    runner would put values on a command line.)"""
+    _ch_run()
+    (shared_workdir / "marker.py").write_text(MARKER_SCRIPT)
+    img = _image(shared_workdir / "image")
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    over = shared_workdir / "clusters"
+    over.mkdir()
+    ssh = (
+        f"-F {testbed['HPC_TESTBED_SSH_CONFIG']} -i {testbed['HPC_TESTBED_KEY']} -o IdentitiesOnly=yes "
+        f"-o UserKnownHostsFile={testbed['HPC_TESTBED_KNOWN_HOSTS']} -o StrictHostKeyChecking=yes -o BatchMode=yes"
+    )
+    wiring = _binds_profile(shared_workdir, "pods").read_text().split("\n", 1)[1]
+    (over / "pods.yaml").write_text(
+        "node: {gpus: 1, cpus: 2}\npython: {venv: auto}\nenv: {OMP_NUM_THREADS: '1'}\nnet_if: eth0\n"
+        f"launch: {{launcher: deepspeed-pdsh, ssh_port: 22, pdsh_ssh_args: '{ssh}'}}\n{wiring}"
+    )
+    cli.env["HPC_LAUNCH_CLUSTERS_DIR"] = str(over)
+    ext = os.environ.get("TORCH_EXTENSIONS_DIR")
+    common = ("--cluster", "pods", "--login", "pod1", "--workdir", str(shared_workdir), "--hosts", "pod1,pod2",
+              *(["-e", f"TORCH_EXTENSIONS_DIR={ext}"] if ext else []))  # fmt: skip
+    missing = cli("submit", *common, "--container", str(shared_workdir / "nope"), "--dry-run")
+    assert missing.returncode == 0  # a dry-run looks at nothing
+    missing = cli("submit", *common, "--container", str(shared_workdir / "nope"))
+    assert f"image {shared_workdir}/nope not found or not readable on pod1" in missing.stderr, missing.stderr
+    inside = _run(cli, shared_workdir, *common, "--container", str(img), secret=False)
+    checks = re.findall(r"\[container-check\] rank=(\S+) marker=(\S+)", inside)
+    assert sorted(checks) == [("0", "inside-hpc-launch-test-image"), ("1", "inside-hpc-launch-test-image")], inside
+    outside = _run(cli, shared_workdir, *common, secret=False)
     assert _losses(inside) and _losses(inside) == _losses(outside)
 
 
