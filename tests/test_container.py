@@ -87,3 +87,14 @@ def test_bad_container_sections_are_refused_by_the_schema(bad, word):
         match=word.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)").replace(".", r"\."),
     ):
         msgspec.convert(bad, Container)
+
+
+def test_every_active_site_says_how_it_runs_containers_and_where_that_comes_from():
+    for name in profiles.available():
+        p = profiles.load(name)
+        if p.status == "retired":
+            continue
+        assert p.container is not None, name
+        assert p.facts.get("container", "")[:1] in ("V", "U", "I"), name
+        shown = profiles.resolved_yaml(name)  # what `hpc-launch clusters show NAME` prints
+        assert f"container:\n  runtime: {p.container.runtime}\n" in shown, name
