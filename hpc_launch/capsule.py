@@ -198,6 +198,8 @@ def manifest(
         "pass_env_names": list(job.pass_env),
         "notify": job.notify,  # the name of the variable holding the webhook, never its value
         "train_args": list(job.train_args),
+        # --container: the image by path (size, time, a small one's sha256), as submit found it where the job runs
+        "container": job.container_record or ({"image": job.container} if job.container else None),
         "exclude": list(job.exclude),
         "spares": job.spares,
         "code": code,

@@ -62,6 +62,51 @@ CAUSES: Tuple[Cause, ...] = (
         "hpc-launch's job script (templates/body/hostfile.sh.j2)",
     ),
     Cause(
+        "container_image",
+        "container image not found",
+        (
+            r"\[hpc-launch\] error: container image (?P<image>\S+) not found or not readable on (?P<host>\S+)",
+            r"ch-run\[\d+\]: error: can't stat: (?P<image>\S+): No such file or directory",
+            r"FATAL: +could not open image (?P<image>\S+?):",
+        ),
+        "the container image [[{image} ]]is not there (or not readable) where the job ran",
+        "give --container the image's path on the cluster's shared file system (copy or pull it there), "
+        "readable by you on every node",
+        "hpc-launch's job script (templates/body/container.sh.j2); charliecloud 0.31 ch-run (ch_core.c); "
+        "Apptainer's `could not open image` (apptainer exec, cited from its source, not produced here)",
+    ),
+    Cause(
+        "container_bind",
+        "container bind path missing",
+        (
+            r"ch-run\[\d+\]: error: can't bind: source not found: (?P<path>\S+)",
+            r"ch-run\[\d+\]: error: can't mkdir: (?P<path>\S+): Read-only file system",
+            r"mount source (?P<path>\S+) doesn't exist",
+        ),
+        "a path bound into the container [[({path}) ]]is missing on the node, or has no mount point in the image",
+        "fix the profile's container.binds (each SRC must exist on every node); a read-only image needs the "
+        "target directory inside it (charliecloud: mkdir it in the image directory)",
+        "charliecloud 0.31 ch-run (ch_core.c, ch_misc.c); Apptainer's bind error (cited, not produced here)",
+    ),
+    Cause(
+        "container_gpu",
+        "GPU libraries not visible in the container",
+        (r"WARNING: Could not find any (?:nv|rocm) libraries on this host",),
+        "the runtime found no GPU driver libraries to bind into the container",
+        "run on a GPU node and keep the profile's container.gpu_flags (--nv for NVIDIA, --rocm for AMD); "
+        "load the driver/ROCm module before the launch",
+        "Apptainer `exec --nv/--rocm` on a host without the libraries (cited from Apptainer's docs, not produced here)",
+    ),
+    Cause(
+        "container_mpi_abi",
+        "MPI ABI mismatch with the image",
+        (r"error while loading shared libraries: (?P<lib>libmpi\S*\.so[.\d]*): cannot open shared object file",),
+        "the image's program needs [[{lib}, ]]an MPI the host's launcher did not provide inside the container",
+        "use an image built on the site's MPI family (the profile's container.mpi says which: MPICH ABI on Cray, "
+        "Open MPI with hpcx), and its container.modules (Polaris: cray-mpich-abi)",
+        "the dynamic loader's wording; ALCF Polaris containers page: 'libmpi.so.40 not found' for Open MPI images",
+    ),
+    Cause(
         "hpc_launch_net_if",
         "hpc-launch: net_if has no address",
         (

@@ -219,6 +219,46 @@ class Stage(_Strict):
             raise ValueError("stage: give stage.dest, the node-local directory to stage to")
 
 
+ContainerRuntime = Literal["apptainer", "singularity", "podman-hpc", "shifter", "pyxis", "charliecloud"]
+# pyxis/enroot is srun's own option (--container-image): the launcher starts the container itself.
+RUNTIME_LAUNCHED = {"pyxis"}
+
+
+class Container(_Strict):
+    """How the site runs a job's ranks inside a container image (`--container IMAGE`,
+    hpc_launch/container.py, docs/containers.md): the site's launcher starts each rank through the
+    runtime's exec line (`per-rank`), or the runtime is the launcher's own option (`runtime`: pyxis)."""
+
+    runtime: ContainerRuntime
+    modules: List[str] = []  # `module load` before the launch (Polaris: apptainer, cray-mpich-abi)
+    # scheduler lines a container job needs, e.g. Polaris `-l singularity_fakeroot=true`; placeholders as in directives
+    directives: List[str] = []
+    binds: List[str] = []  # host paths bound into every rank, SRC or SRC:DST (the work dir is always bound)
+    gpu_flags: List[str] = []  # the runtime's flags that expose the node's GPUs (--nv, --rocm, --gpu)
+    args: List[str] = []  # other runtime flags the site documents (--fakeroot, --mpi)
+    env: Dict[str, str] = {}  # exported on the host before the launch (APPTAINERENV_LD_LIBRARY_PATH)
+    launch: Literal["per-rank", "runtime"] = "per-rank"
+    mpi: Optional[str] = None  # what the image's MPI must match (ABI), said by `clusters show` and doctor
+
+    def __post_init__(self):
+        if (self.runtime in RUNTIME_LAUNCHED) != (self.launch == "runtime"):
+            want = "runtime" if self.runtime in RUNTIME_LAUNCHED else "per-rank"
+            raise ValueError(f"container.launch: {self.runtime} takes launch: {want}")
+        for bind in self.binds:
+            src = bind.split(":", 1)[0]
+            if not src.startswith(("/", "$")) or re.search(r"[\x00-\x1f\x7f,]", bind):
+                raise ValueError(f"container.binds: {bind!r} is not an absolute path (SRC or SRC:DST)")
+        for name, value in self.env.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"container.env: {name!r} is not a variable name")
+            # written inside "..." so the site's $VARS expand in the job; nothing else may
+            if re.search(r'["`\\\x00-\x1f\x7f]|\$\(', value):
+                raise ValueError(f"container.env.{name}: {value!r} may use $VAR but no quote, backslash or $(...)")
+        for line in self.modules + self.gpu_flags + self.args:
+            if re.search(r"[\x00-\x1f\x7f]", line):
+                raise ValueError(f"container: {line!r} must be one line")
+
+
 class Charge(_Strict):
     """What the site charges a job, in its own unit, for `report`'s allocation plan: units per
     node-hour of elapsed time (by queue where they differ). No rate where no source gives one."""
@@ -281,6 +321,7 @@ class Profile(_Strict):
     notify_route: Literal["auto", "direct", "relay"] = "auto"
     facts: Dict[str, str] = {}  # evidence: key -> "V|U|I: source"
     charge: Optional[Charge] = None  # the site's charge unit and rates (`report --plan-*`)
+    container: Optional[Container] = None  # how ranks run inside an image (`--container`, docs/containers.md)
 
     def __post_init__(self):
         _check_walltime(self.default_walltime)
@@ -297,7 +338,16 @@ class Profile(_Strict):
                 raise ValueError(f"charge.queues: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
         if self.stage.on and not launcher_entry(self.launch.launcher).per_node:
             raise ValueError(f"stage: the {self.launch.launcher} launcher has no way to run one task per node")
-        for line in list(self.directives) + list(self.stage.directives) + [self.group.flag]:
+        if (
+            self.container
+            and self.container.launch == "runtime"
+            and launcher_entry(self.launch.launcher).per_node != "srun"
+        ):
+            raise ValueError(
+                f"container: {self.container.runtime} is an srun option, not for the {self.launch.launcher} launcher"
+            )
+        container_directives = list(self.container.directives) if self.container else []
+        for line in list(self.directives) + list(self.stage.directives) + container_directives + [self.group.flag]:
             _check_placeholders(line)
             used = CPU_PLACEHOLDERS & set(_PLACEHOLDER.findall(line))
             if used and not self.node.cpus:

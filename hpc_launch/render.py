@@ -190,6 +190,8 @@ def directive_lines(job: ResolvedJob) -> List[str]:
         defaults.append(fill(p.group.flag, values))
     if p.stage.on:  # the node-local disk is granted only on request (Frontier's NVMe: -C nvme)
         defaults += [fill(d, values) for d in p.stage.directives]
+    if job.container and p.container:  # what the site asks of a container job (Polaris: -l singularity_fakeroot=true)
+        defaults += [fill(d, values) for d in p.container.directives]
     lines = dialect.merge_directives(defaults, job.spec.directives)
     for line in lines:
         if re.search(r"[\x00-\x1f\x7f]", line):
@@ -242,6 +244,31 @@ def launch_entry(job: ResolvedJob, *, deepspeed_launcher: bool) -> Sh:
         # through the job layer when the job's Python has it (templates/body/launch/_layer.sh.j2)
         return Sh('${HPC_LAUNCH_LAYER[@]+"${HPC_LAUNCH_LAYER[@]}"} ' + path_expr(job.script))
     return Sh('"$HPC_TRAIN"')  # set by the script from the installed package (templates/body/job.sh.j2)
+
+
+def _container_context(job: ResolvedJob, python: str, *, deepspeed_cli: bool) -> Dict[str, object]:
+    """What the launch templates put before the rank command (`container_exec`; `ds_container` for
+    DeepSpeed's launchers, which start `--no_python` ranks) and on srun's line (pyxis)."""
+    c = job.profile.container if job.container else None
+    if c is None or job.container is None:
+        return dict(container=None, container_exec=Sh(""), ds_container=Sh(""), container_srun=Sh(""))
+    from . import container
+
+    prefix = container.exec_prefix(c, job.container, workdir=job.workdir, pass_env=job.pass_env, env=job.env)
+    return dict(
+        container=c,
+        container_image=job.container,
+        container_exec=Sh(prefix),
+        # DeepSpeed's launcher runs `--no_python` ranks as given: the runtime, then the job's Python inside
+        ds_container=Sh(f"--no_python --no_local_rank {prefix}{python} -u ") if deepspeed_cli else Sh(""),
+        container_srun=Sh(container.srun_options(c, job.container, workdir=job.workdir)),
+        container_program=container.PROGRAMS.get(c.runtime),
+        # site data checked by the schema to hold no quote, backslash or command substitution: $VAR expands
+        container_env=[(Sh(k), Sh(v)) for k, v in c.env.items()],
+        container_file=None
+        if container.is_reference(job.container, c.runtime)
+        else Sh(container.path_word(container.job_path(job.container, job.workdir))),
+    )
 
 
 def render(
@@ -333,6 +360,7 @@ def render(
         if job.chain > 1 and isinstance(dialect, ChainHandOff)
         else None,
     )
+    context.update(_container_context(job, str(context["python"]), deepspeed_cli=launcher.deepspeed_cli))
     if pack:
         context.update(pack.context())
     text = _render_template(dialect.template, context)

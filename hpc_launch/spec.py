@@ -69,6 +69,7 @@ class JobSpec(msgspec.Struct):
     # node-local staging over the profile's `stage:` (docs/staging.md): True --stage-env, False --no-stage
     stage_env: Optional[bool] = None
     stage_data: Optional[str] = None  # --stage-data: a shared directory staged too
+    container: Optional[str] = None  # --container IMAGE: the ranks run inside it (hpc_launch/container.py)
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -89,6 +90,7 @@ _TEXT_OPTIONS = {
     "login": "--login",
     "stop_before": "--stop-before",
     "notify": "--notify",
+    "container": "--container",
 }
 
 
@@ -156,6 +158,8 @@ class ResolvedJob(msgspec.Struct):
     import_from: Optional[str] = (
         None  # where the job imports a --script's neighbours the capsule could not take (hpc_launch/capsule.py)
     )
+    container: Optional[str] = None  # the image the ranks run in, as given (hpc_launch/container.py)
+    container_record: Optional[Dict[str, Any]] = None  # what submit found of it where the job runs (capsule.json)
 
     @property
     def alloc_nodes(self) -> int:
@@ -254,6 +258,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     dialect = dialects.get(profile.dialect)
     launcher = launchers.get(profile.launch.launcher)
     p = _staging(spec, profile, launcher)
+    if spec.container:
+        from .container import container_of
+
+        container_of(p, spec.container)  # a one-line error naming what to add where the site has no wiring
     where = f"on {p.name}"
     if spec.exclude and not dialect.has_scheduler:  # no scheduler: the host list itself leaves them out
         listed = spec.hosts if spec.hosts is not None else p.hosts
@@ -542,6 +550,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         chain=spec.chain,
         exclude=exclude if dialect.has_scheduler else [],
         spares=spares,
+        container=spec.container or None,
     )
 
 

@@ -21,6 +21,7 @@ pkgs=(
   slurmctld slurmd slurm-client munge libslurm-perl libslurmdb-perl libswitch-perl
   openssh-server openssh-client pdsh openmpi-bin shellcheck iproute2 procps util-linux perl
   gridengine-master gridengine-exec gridengine-client
+  charliecloud-runtime
 )
 if [ "$TB_ACCT" = 1 ]; then pkgs+=(slurmdbd mariadb-server); fi
 

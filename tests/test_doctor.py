@@ -98,6 +98,10 @@ CASES = [
     ("torch-buildext-no-compiler.log", "jit_no_compiler", {}, "No such file or directory: 'g++'", None),
     ("setuptools-no-compiler.log", "jit_no_compiler", {}, "error: command 'x86_64-linux-gnu-gcc' failed", 1),
     ("torch-jit-compile-error.log", "jit_build", {}, "Error building extension 'bad_op'", None),
+    ("charliecloud-image-missing.log", "container_image", {}, "can't stat: /tmp/chtest/nope-image", 1),
+    ("hpc-launch-container-image.log", "container_image", {}, "container image /tmp/e2e/nope.sif not found", 1),
+    ("charliecloud-bind-missing.log", "container_bind", {}, "source not found: /nonexistent/data", 1),
+    ("container-mpi-abi.log", "container_mpi_abi", {}, "libmpi.so.40: cannot open shared object file", 1),
     (
         "cuda-out-of-memory.log",
         "cuda_oom",
@@ -176,7 +180,8 @@ def test_a_real_message_names_its_cause(fixture, key, facts, evidence, line_no):
 
 
 def test_every_cause_has_a_real_case_and_every_fixture_is_used():
-    covered = {c[1] for c in CASES} | {"queue_limit", "walltime"}  # also from the PBS/SGE recordings below
+    # also from the PBS/SGE recordings below; container_gpu: Apptainer's words, cited (no GPU host here)
+    covered = {c[1] for c in CASES} | {"queue_limit", "walltime", "container_gpu"}
     assert {c.key for c in CAUSES} <= covered
     used = {c[0] for c in CASES} | {"deepspeed-cuda-minor-mismatch-accepted.log", "unknown-shell-missing-file.log"}
     assert {p.name for p in DOCTOR.glob("*.log")} == used

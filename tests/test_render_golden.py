@@ -48,6 +48,42 @@ CASES = {
     "frontier": JobSpec(cluster="frontier", nodes=2, group="abc123", venv="/lustre/orion/abc123/proj-shared/venvs/ds"),
     # PBS cannot exclude hosts: one spare node, the job trains on the two that pass its check
     "polaris-spares": JobSpec(cluster="polaris", nodes=2, spares=1, group="datascience", walltime="30m"),
+    # --container IMAGE: each site's runtime per rank, as its profile's container: says (docs/containers.md)
+    "container-abci": JobSpec(
+        cluster="abci",
+        nodes=2,
+        group="gcb50389",
+        container="/groups/gcb50389/pytorch.sif",
+        venv="/groups/gcb50389/venv",
+    ),
+    "container-aurora": JobSpec(
+        cluster="aurora", nodes=2, group="datascience", container="/flare/ds/ipex.sif", venv="/flare/ds/venv"
+    ),
+    "container-frontier": JobSpec(
+        cluster="frontier",
+        nodes=2,
+        group="abc123",
+        container="$PROJWORK/abc123/rocm.sif",
+        venv="/lustre/orion/abc123/venv",
+    ),
+    "container-local": JobSpec(cluster="local", nodes=1, container="~/images/torch", venv="/opt/venv"),
+    "container-miyabi": JobSpec(
+        cluster="miyabi", nodes=2, group="gc64", queue="short-g", container="ngc.sif", venv="/work/gc64/venv"
+    ),
+    "container-perlmutter": JobSpec(
+        cluster="perlmutter",
+        nodes=2,
+        group="m1234_g",
+        queue="regular",
+        container="nvcr.io/nvidia/pytorch:24.01-py3",
+        venv="/global/common/software/m1234/venv",
+    ),
+    "container-pods": JobSpec(cluster="pods", nodes=2, hosts=["10.0.0.11", "10.0.0.12"], container="/srv/img/torch"),
+    "container-polaris": JobSpec(cluster="polaris", nodes=2, group="datascience", container="/eagle/ds/pytorch.sif"),
+    "container-slurm": JobSpec(cluster="slurm", nodes=2, queue=None, container="/srv/img/torch"),
+    "container-tsubame4": JobSpec(
+        cluster="tsubame4", nodes=2, group="tga-g", container="/gs/fs/tga-g/pytorch.sif", venv="/gs/fs/tga-g/venv"
+    ),
 }
 
 

@@ -173,3 +173,28 @@ def test_a_rerun_keeps_the_jobs_notification_by_its_variables_name(hpc_launch_bi
         assert "notify via $MY_HOOK" in next(line for line in r.stderr.splitlines() if "carried over:" in line)
     finally:
         _run(hpc_launch_bin, tmp_path, "cancel", job)
+
+
+def test_a_rerun_runs_in_the_jobs_container_image_unless_told_otherwise(hpc_launch_bin, tmp_path):
+    (tmp_path / "quick.py").write_text("print('quick ran')\n")
+    image = tmp_path / "images" / "torch.sif"
+    image.parent.mkdir()
+    image.write_bytes(b"not really an image")
+    r = _run(hpc_launch_bin, tmp_path, "submit", "-c", "local", "-g", "1", "--script", "quick.py",
+             "--container", str(image), "-t", "10:00:00")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.split()[0]
+    try:
+        [capsule] = (tmp_path / ".hpc-launch" / "capsules").iterdir()
+        recorded = json.loads((capsule / "capsule.json").read_text())["container"]
+        assert recorded["image"] == str(image) and recorded["bytes"] == 19 and len(recorded["sha256"]) == 64
+        rerun = ("rerun", job, "-c", "abci", "-P", "g", "--venv", "/v", "--login", "local", "--dry-run")
+        r = _run(hpc_launch_bin, tmp_path, *rerun)
+        assert r.returncode == 0, r.stderr
+        assert f'singularity exec --nv -B "$WORKDIR":"$WORKDIR" --pwd "$WORKDIR" {image} ' in r.stdout
+        assert f"container image {image}" in next(ln for ln in r.stderr.splitlines() if "carried over:" in ln)
+        r = _run(hpc_launch_bin, tmp_path, *rerun, "--container", "/groups/g/other.sif")
+        assert r.returncode == 0, r.stderr
+        assert "/groups/g/other.sif" in r.stdout and str(image) not in r.stdout
+    finally:
+        _run(hpc_launch_bin, tmp_path, "cancel", job)

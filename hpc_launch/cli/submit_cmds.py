@@ -152,6 +152,13 @@ def submit(
         help="a shared directory staged too; the job finds the copy in $HPC_LAUNCH_STAGED_DATA",
     ),
     no_stage: bool = typer.Option(False, "--no-stage", help="no node-local staging for this job, whatever the profile"),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="run the ranks inside this image (a path where the job runs, or a registry name), "
+        "started by the site's launcher as the profile's container: says (docs/containers.md)",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
     ),
@@ -220,6 +227,12 @@ def sweep(
     login: Optional[str] = typer.Option(
         None, "--login", metavar="HOST", help="submit over SSH on this host (~/.ssh/config alias)"
     ),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="run every point's ranks inside this image (docs/containers.md)",
+    ),
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
@@ -279,6 +292,7 @@ def sweep(
             workdir=workdir,
             venv=venv,
             login=login,
+            container=container,
         ),
     )
 
@@ -475,6 +489,12 @@ def rerun(
     profile: List[str] = typer.Option(
         [], "--profile", metavar="FILE", help="an extra cluster profile YAML file, merged last (repeatable)"
     ),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="run the ranks inside this image (default: the job's image, from its capsule)",
+    ),
     chain: Optional[int] = typer.Option(None, "--chain", metavar="N", help="N dependent jobs (default: the job's)"),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
@@ -505,6 +525,7 @@ arguments, nodes and walltime; modules, venv, queue and group from the new clust
         venv=venv,
         login=login,
         chain=chain,
+        container=container,
     )
     try:
         rerun_job(
@@ -572,6 +593,12 @@ def where(
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="DIR", help="where the job would run and log"),
     venv: Optional[str] = typer.Option(None, "--venv", metavar="DIR", help="virtualenv to activate in the job"),
     login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="ask over SSH on this host"),
+    container: Optional[str] = typer.Option(
+        None,
+        "--container",
+        metavar="IMAGE",
+        help="the ranks would run inside this image (the profile's container: is checked)",
+    ),
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
@@ -620,6 +647,7 @@ the job goes to each cluster, the first to start trains and the others are cance
         login=login,
         exclude=exclude,
         spares=spares,
+        container=container,
     )
     clusters = [c for item in cluster for c in split_list(item) or []]
     if not clusters:

@@ -103,6 +103,7 @@ def read_submit(v: Dict[str, Any]) -> Callable[[], int]:
         spares=v["spares"],
         stage_env=stage_choice(v["stage_env"], v["stage_data"], v["no_stage"]),
         stage_data=v["stage_data"],
+        container=v["container"],
     )
     return lambda: submit(v, options)
 

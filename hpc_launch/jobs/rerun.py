@@ -131,6 +131,10 @@ def _carried(
     if names:  # the names only: the values are read from this shell when the job is submitted
         options["pass_env"] = list(dict.fromkeys(names + list(options.get("pass_env") or [])))
         said.append("pass-env names " + " ".join(names) + " (values from this shell)")
+    image = (m.get("container") or {}).get("image")
+    if image and "container" not in options:  # the same image unless told otherwise (--container)
+        carried["container"] = str(image)
+        said.append(f"container image {image}")
     if carried["chain"] > 1 and "chain" not in options:
         said.append(f"chain of {carried['chain']}")
     return carried, said

@@ -58,6 +58,10 @@ def submit(
     store, transport, own_transport = opened(prepared, store, transport)
     try:
         workdir, script_path = placed(transport, prepared)
+        if job.container:  # the image must be there before anything is written (hpc_launch/container.py)
+            from ..container import check_image
+
+            job.container_record = check_image(transport, job, workdir)
         written: List[str] = []
         recorded = False
         # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
