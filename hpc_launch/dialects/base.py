@@ -113,6 +113,7 @@ class Dialect:
       submitting" and `submit` queues unchecked. `parse_test_submit(rc, out, err)` -> WouldStart
       (`error`: the scheduler's refusal, one line). `test_submit_name`: the command in messages.
       `submit` runs it on the script it just wrote, before the submit command (`where.check_before_submit`).
+    Interactive allocations (optional): `alloc_argv(directives, command, submit_flags=...)`.
     Cancelling: `cancel_argv(id)`, `parse_cancel(rc, out, err)` -> CancelOutcome.
     Inside a job: `nodefile_vars`, `nodes_from_env(env)` -> (source, host -> slots) or None.
     Diagnosing (hpc_launch/doctor.py): `failure_wording` -> {cause key: the scheduler's own
@@ -266,6 +267,16 @@ class Dialect:
         low = err.lower()
         return any(re.search(p, low) for p in TRANSIENT_PATTERNS)
 
+    # ---- interactive allocations (`hpc-launch alloc`) ----------------------------------------
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> Optional[List[str]]:
+        """Optional. The scheduler's own command for an interactive allocation with the job's
+        resources (its directive lines, without the prefix, and its submit flags) that runs
+        `command` inside it, on the terminal, and gives the allocation back when `command` exits
+        (Slurm `salloc`, PBS `qsub -I`, Grid Engine `qrsh`). None (the default): no such command."""
+        return None
+
     # ---- status ----------------------------------------------------------------------------
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:
         raise NotImplementedError
@@ -373,6 +384,18 @@ class Dialect:
     def job_num(self, job_id: str) -> str:
         """The numeric part used in log names (12345 for 12345.pbs1)."""
         return job_id.split(".", 1)[0]
+
+
+def flags_of(dialect: Dialect, directives: Sequence[str], batch_only: Sequence[str]) -> List[str]:
+    """Directive lines as command-line flags (the allocation commands take the batch directives'
+    options), without those only a batch job has (its log file, arrays): `alloc_argv`'s helper."""
+    import shlex
+
+    flags: List[str] = []
+    for line in directives:
+        if dialect.directive_key(line) not in batch_only:
+            flags += shlex.split(line)
+    return flags
 
 
 def with_site_commands(argv: Sequence[str], commands: Dict[str, str]) -> List[str]:

@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StatusInfo, WouldStart, last_matching_line
+from .base import CancelOutcome, Dialect, Run, StatusInfo, WouldStart, flags_of, last_matching_line
 
 _LETTERS = set("dEhqrRsStTwxz")
 # "qmaster enforced h_rt, h_cpu, or h_vmem limit": also the execution daemon's own kill for h_rt,
@@ -155,6 +155,14 @@ class GridEngine(Dialect):
         # `Your job 42 ("name") has been submitted`, `Your job-array 42.1-4:1 (...)`, or -terse `42`.
         m = last_matching_line(out, r"^(?:Your job(?:-array)? (\d+)[.\s]|(\d+)(?:\.\S+)?$)", "qsub")
         return m.group(1) or m.group(2)
+
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> Optional[List[str]]:
+        # qrsh takes qsub's resource options; `-now no` waits in the queue as a batch job would
+        # (qrsh's default gives up at once), `-pty y` gives the shell a terminal (qrsh(1))
+        batch_only = ("-o", "-e", "-j", "-t", "-r")
+        return ["qrsh", "-now", "no", "-pty", "y", *flags_of(self, directives, batch_only), *submit_flags, *command]
 
     # ---- before submitting: qsub -w v ----------------------------------------------------------
     def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> Optional[List[str]]:

@@ -39,6 +39,10 @@ class NoScheduler(Dialect):
     def parse_submit(self, out: str) -> str:
         return last_matching_line(out, r"^(\d+)$", "launch").group(1)
 
+    def alloc_argv(self, directives, command, *, submit_flags=()):
+        # no scheduler: this machine is the allocation, `command` runs here as it is
+        return list(command)
+
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:
         # Every process of the jobs' sessions (setsid: sid == pid of the job script). `ps` exits
         # 1 when none is alive; that is an answer, not an error.

@@ -14,7 +14,16 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import CancelOutcome, Dialect, Run, StartEstimate, StatusInfo, WouldStart, last_matching_line
+from .base import (
+    CancelOutcome,
+    Dialect,
+    Run,
+    StartEstimate,
+    StatusInfo,
+    WouldStart,
+    flags_of,
+    last_matching_line,
+)
 from .slurm_options import line_options, long_option, short_options
 
 # long form: (compact form, state, what to tell the user when the word alone does not)
@@ -226,6 +235,14 @@ class Slurm(Dialect):
         # requeues (a node failed under it) runs again into the same log, which sbatch(1) truncates by
         # default: the first run's lines, the evidence of what failed, were lost (seen on the testbed)
         return ["--parsable", "--open-mode=append"]
+
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> Optional[List[str]]:
+        # salloc takes sbatch's resource options but has no log file, array or requeue (salloc(1));
+        # it runs `command` here, on the login node, with the allocation's SLURM_* variables
+        batch_only = ("--output", "--error", "--open-mode", "--array", "--requeue", "--no-requeue", "--export")
+        return ["salloc", *flags_of(self, directives, batch_only), *submit_flags, *command]
 
     # ---- arrays: `--array=0-N`; task i is `ID_i` to squeue, sacct and scancel -------------------
     array_index_var = "SLURM_ARRAY_TASK_ID"
