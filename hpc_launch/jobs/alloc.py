@@ -36,7 +36,8 @@ ALLOC_ENV = "HPC_LAUNCH_ALLOC"  # the allocation's job id, exported into its she
 ALLOC_CLUSTER_ENV = "HPC_LAUNCH_ALLOC_CLUSTER"
 ALLOC_KEY = "alloc"  # record.extra of an allocation: what `run` renders from
 RUN_KEY = "run_of"  # record.extra of a run: {"cluster": ..., "job_id": ...} of its allocation
-ID_SUFFIX = ".alloc-id"  # beside the wrapper: the allocation's id, written by the wrapper inside it
+ID_SUFFIX = ".alloc-id"
+ENDING_POLLS = 10  # beside the wrapper: the allocation's id, written by the wrapper inside it
 
 # The scheduler's own variables inside its job, in the order they are trusted: (dialect, id var,
 # the variable that must be set beside it). PBS and Grid Engine names are generic words, so their
@@ -219,10 +220,15 @@ def _refresh(store: JobStore, record: JobRecord, transport: Transport) -> None:
     """The allocation's state once its shell has left (the scheduler's word and the exit file)."""
     from .state import refresh
 
-    try:
-        refresh(store, [record], transport_for=lambda host: transport)
-    except Exception as exc:  # the shell has left: the state is a courtesy, `status` asks again
-        sys.stderr.write(f"hpc-launch: note: the allocation's state was not refreshed ({exc})\n")
+    for _ in range(ENDING_POLLS):  # the scheduler may say "completing" for a moment after the shell left
+        try:
+            (now,) = refresh(store, [record], transport_for=lambda host: transport)
+        except Exception as exc:  # the shell has left: the state is a courtesy, `status` asks again
+            sys.stderr.write(f"hpc-launch: note: the allocation's state was not refreshed ({exc})\n")
+            return
+        if JobState(now.state).terminal:
+            return
+        time.sleep(1.0)
 
 
 # ---- run -----------------------------------------------------------------------------------------
