@@ -76,7 +76,7 @@ def detect(env: Mapping[str, str]) -> Optional[Inside]:
 def wrapper_text(prepared: "Prepared", workdir: str, id_path: str) -> str:
     """The script the scheduler runs inside the allocation: it names the allocation (id file,
     HPC_LAUNCH_ALLOC), opens the shell, and leaves the exit-code file when the shell leaves."""
-    from ..render import pattern_expr
+    from ..render import path_expr, pattern_expr
 
     job = prepared.job
     p = job.profile
@@ -92,6 +92,8 @@ def wrapper_text(prepared: "Prepared", workdir: str, id_path: str) -> str:
             f"cd {q(workdir)} || exit 1",
             f'HPC_LAUNCH_LOG={q(workdir)}/{log}',
             f"export {ALLOC_ENV}=\"$JOB_ID\" {ALLOC_CLUSTER_ENV}={q(p.name)}",
+            # the job's virtualenv first on PATH: `hpc-launch run` is there (qrsh, qsub -I pass no PATH)
+            *([f'export PATH={path_expr(job.venv)}/bin:"$PATH"'] if job.venv else []),
             f'printf "%s\\n" "$JOB_ID" > {q(id_path)}.tmp && mv -f {q(id_path)}.tmp {q(id_path)}',
             'echo "[hpc-launch] allocation $JOB_ID opened on $(hostname) at $(date); '
             f'inside it: hpc-launch run" >> "$HPC_LAUNCH_LOG"',
