@@ -31,6 +31,8 @@ COMMANDS = [
     "hosts",
     "rerun",
     "where",
+    "alloc",
+    "run",
 ]
 
 

@@ -133,7 +133,7 @@ def run(
     config: Optional[str] = typer.Option(
         None, "--config", metavar="FILE", help="project config file (default: ./hpc-launch.yaml if present)"
     ),
-    detach: bool = typer.Option(False, "--detach", "-d", help="start the run and return (follow it with `logs -f`)"),
+    detach: bool = typer.Option(False, "--detach", help="start the run and return (follow it with `logs -f`)"),
     show_all: bool = typer.Option(
         False, "--all", "-a", help="every line, the frameworks' chatter too (the log file always has it)"
     ),

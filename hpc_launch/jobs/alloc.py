@@ -22,7 +22,7 @@ from msgspec.structs import replace
 
 from .. import dialects, secrets
 from ..errors import SpecError
-from ..protocol import EXIT_FILE_SUFFIX, EXIT_SIGINT, LIVE_LOG_SUFFIX, LOCAL_HOST, SCRIPT_DIR
+from ..protocol import EXIT_FILE_SUFFIX, EXIT_SIGINT, LIVE_LOG_SUFFIX, LOCAL_HOST
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -90,13 +90,13 @@ def wrapper_text(prepared: "Prepared", workdir: str, id_path: str) -> str:
             f"JOB_ID={dialect.job_id_expr}",
             f"JOB_NUM={dialect.job_num_expr}",
             f"cd {q(workdir)} || exit 1",
-            f'HPC_LAUNCH_LOG={q(workdir)}/{log}',
-            f"export {ALLOC_ENV}=\"$JOB_ID\" {ALLOC_CLUSTER_ENV}={q(p.name)}",
+            f"HPC_LAUNCH_LOG={q(workdir)}/{log}",
+            f'export {ALLOC_ENV}="$JOB_ID" {ALLOC_CLUSTER_ENV}={q(p.name)}',
             # the job's virtualenv first on PATH: `hpc-launch run` is there (qrsh, qsub -I pass no PATH)
             *([f'export PATH={path_expr(job.venv)}/bin:"$PATH"'] if job.venv else []),
             f'printf "%s\\n" "$JOB_ID" > {q(id_path)}.tmp && mv -f {q(id_path)}.tmp {q(id_path)}',
             'echo "[hpc-launch] allocation $JOB_ID opened on $(hostname) at $(date); '
-            f'inside it: hpc-launch run" >> "$HPC_LAUNCH_LOG"',
+            'inside it: hpc-launch run" >> "$HPC_LAUNCH_LOG"',
             'echo "[hpc-launch] allocation $JOB_ID: hpc-launch run starts the training here; '
             'exit ends the allocation" >&2',
             '"${SHELL:-/bin/bash}" -i',
