@@ -11,6 +11,7 @@ own session (recorded as a job with no scheduler: its id is that session's, its 
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -36,8 +37,10 @@ ALLOC_ENV = "HPC_LAUNCH_ALLOC"  # the allocation's job id, exported into its she
 ALLOC_CLUSTER_ENV = "HPC_LAUNCH_ALLOC_CLUSTER"
 ALLOC_KEY = "alloc"  # record.extra of an allocation: what `run` renders from
 RUN_KEY = "run_of"  # record.extra of a run: {"cluster": ..., "job_id": ...} of its allocation
-ID_SUFFIX = ".alloc-id"
-ENDING_POLLS = 10  # beside the wrapper: the allocation's id, written by the wrapper inside it
+ID_SUFFIX = ".alloc-id"  # beside the wrapper: the allocation's id, written by the wrapper inside it
+ENDING_POLLS = 10  # seconds the scheduler may take to say an allocation whose shell left has ended
+# hpc-launch's own settings that the allocation's shell keeps (qrsh and qsub -I pass no environment)
+CARRIED = ("HPC_LAUNCH_STATE_DIR", "HPC_LAUNCH_CONFIG_DIR", "HPC_LAUNCH_CLUSTERS_DIR")
 
 # The scheduler's own variables inside its job, in the order they are trusted: (dialect, id var,
 # the variable that must be set beside it). PBS and Grid Engine names are generic words, so their
@@ -73,7 +76,7 @@ def detect(env: Mapping[str, str]) -> Optional[Inside]:
 # ---- alloc ---------------------------------------------------------------------------------------
 
 
-def wrapper_text(prepared: "Prepared", workdir: str, id_path: str) -> str:
+def wrapper_text(prepared: "Prepared", workdir: str, id_path: str, carry: Mapping[str, str] = {}) -> str:
     """The script the scheduler runs inside the allocation: it names the allocation (id file,
     HPC_LAUNCH_ALLOC), opens the shell, and leaves the exit-code file when the shell leaves."""
     from ..render import path_expr, pattern_expr
@@ -94,6 +97,8 @@ def wrapper_text(prepared: "Prepared", workdir: str, id_path: str) -> str:
             f'export {ALLOC_ENV}="$JOB_ID" {ALLOC_CLUSTER_ENV}={q(p.name)}',
             # the job's virtualenv first on PATH: `hpc-launch run` is there (qrsh, qsub -I pass no PATH)
             *([f'export PATH={path_expr(job.venv)}/bin:"$PATH"'] if job.venv else []),
+            # and hpc-launch's own directories as `alloc` had them: the runs go to the same job store
+            *[f"export {k}={q(v)}" for k, v in sorted(carry.items())],
             f'printf "%s\\n" "$JOB_ID" > {q(id_path)}.tmp && mv -f {q(id_path)}.tmp {q(id_path)}',
             'echo "[hpc-launch] allocation $JOB_ID opened on $(hostname) at $(date); '
             'inside it: hpc-launch run" >> "$HPC_LAUNCH_LOG"',
@@ -158,7 +163,8 @@ def open_allocation(
         workdir, script_path = placed(transport, prepared)
         id_path = script_path + ID_SUFFIX
         argv = alloc_argv(prepared, script_path)
-        transport.put_text(script_path, wrapper_text(prepared, workdir, id_path), mode=0o755)
+        carry = {k: os.environ[k] for k in CARRIED if os.environ.get(k)} if prepared.host == LOCAL_HOST else {}
+        transport.put_text(script_path, wrapper_text(prepared, workdir, id_path, carry), mode=0o755)
         command = terminal_argv(argv, prepared.host, workdir)
         session = f"hpc-alloc-{job.name}-{prepared.script.stamp}"
         if not shell:
