@@ -126,16 +126,9 @@ def _fake_slurm(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def _hpc(args, env, cwd, **kw):
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "hpc-launch"), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **kw,
-    )
+def _hpc(args, env, cwd, timeout=60, **kw):
+    hpc = str(Path(sys.executable).parent / "hpc-launch")
+    return subprocess.run([hpc, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 @pytest.fixture
@@ -237,3 +230,42 @@ def alloc_record(workdir: Path):
             "alloc": {"options": {"cluster": "tb-slurm", "nodes": 2, "env": {"A": "1"}, "train_args": ["--steps", "4"]}}
         },
     )
+
+
+# ---- no scheduler: this machine is the allocation --------------------------------------------------
+
+
+def _shell(tmp_path: Path, body: str) -> Path:
+    shell = tmp_path / "shell.sh"
+    shell.write_text("#!/bin/bash\n" + body)
+    shell.chmod(0o755)
+    return shell
+
+
+def test_a_local_allocation_is_running_while_its_shell_runs_and_done_after(tmp_path):
+    hpc = Path(sys.executable).parent / "hpc-launch"
+    seen = tmp_path / "seen.json"
+    env = dict(os.environ, SHELL=str(_shell(tmp_path, f"{hpc} list --json > {seen}\n")))
+    got = _hpc(["alloc", "-c", "local", "-N", "here"], env, tmp_path, stdin=subprocess.DEVNULL)
+    assert got.returncode == 0, got.stderr
+    (inside,) = json.loads(seen.read_text())
+    assert inside["name"] == "here" and inside["state"] == "running"  # `list` inside: the allocation is alive
+    (record,) = JobStore().list()
+    assert record.job_id == inside["job_id"] and record.state == "done" and record.exit_code == 0
+
+
+@pytest.mark.train  # the local profile's launcher is DeepSpeed's (seconds to start)
+def test_two_runs_in_a_local_allocation_each_have_their_own_record_and_log(tmp_path):
+    hpc = Path(sys.executable).parent / "hpc-launch"
+    (tmp_path / "t.py").write_text("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    body = f"{hpc} run --script t.py && {hpc} run --script t.py --name second\n"
+    env = dict(os.environ, SHELL=str(_shell(tmp_path, body)))
+    got = _hpc(["alloc", "-c", "local", "-g", "1", "-N", "here"], env, tmp_path, stdin=subprocess.DEVNULL, timeout=240)
+    assert got.returncode == 0, got.stdout + got.stderr
+    records = {r.name: r for r in JobStore().list()}
+    alloc_id = records["here"].job_id
+    for name in ("here-run1", "second"):
+        run = records[name]
+        assert run.state == "done" and run.extra["run_of"] == {"cluster": "local", "job_id": alloc_id}
+        assert run.log_path == str(tmp_path / f"{name}.o{alloc_id}")  # named by the allocation, its own
+        assert "rank 0 of 1" in Path(run.log_path).read_text()

@@ -90,8 +90,11 @@ def wrapper_text(prepared: "Prepared", workdir: str, id_path: str, carry: Mappin
         [
             "#!/bin/bash",
             f"# hpc-launch alloc: {job.name} on {p.name}; run by the scheduler inside the allocation",
-            f"JOB_ID={dialect.job_id_expr}",
-            f"JOB_NUM={dialect.job_num_expr}",
+            *(
+                [f"JOB_ID={dialect.job_id_expr}", f"JOB_NUM={dialect.job_num_expr}"]
+                if dialect.has_scheduler
+                else _local_holder(prepared.script.script_name, id_path)
+            ),
             f"cd {q(workdir)} || exit 1",
             f"HPC_LAUNCH_LOG={q(workdir)}/{log}",
             f'export {ALLOC_ENV}="$JOB_ID" {ALLOC_CLUSTER_ENV}={q(p.name)}',
@@ -113,6 +116,23 @@ def wrapper_text(prepared: "Prepared", workdir: str, id_path: str, carry: Mappin
             "",
         ]
     )
+
+
+def _local_holder(script_name: str, id_path: str) -> List[str]:
+    """No scheduler: a session of its own stands for the allocation while the shell runs (its id
+    is the allocation's, as a local job's is; `status` finds it by the script's name, `cancel`
+    ends the shell through it)."""
+    q = shlex.quote
+    hold = (
+        'echo "$$" > "$1.tmp" && mv -f "$1.tmp" "$1"; trap \'pkill -HUP -P "$2"; kill -HUP "$2"; exit 0\' TERM; '
+        'while kill -0 "$2" 2>/dev/null; do sleep 1; done'
+    )
+    return [
+        f'setsid bash -c {q(hold)} "$(dirname -- "$0")"/{q(script_name)} {q(id_path)} "$$" &',
+        f"for _ in $(seq 50); do [ -s {q(id_path)} ] && break; sleep 0.1; done",
+        f"read -r JOB_ID < {q(id_path)} || exit 1",
+        "JOB_NUM=$JOB_ID",
+    ]
 
 
 def alloc_argv(prepared: "Prepared", script_path: str) -> List[str]:
@@ -314,7 +334,10 @@ def start_run(
             path = secrets.path_for(script_path)
             queue(ahead, path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
         argv = run_argv(log_path, script_path)
-        result = ahead.run(argv, cwd=workdir, env=secrets.submit_env(job.pass_env), timeout=60)
+        env = dict(secrets.submit_env(job.pass_env) or {})
+        if not dialect.has_scheduler:  # no scheduler variables: the job script takes the allocation's id from here
+            env["HPC_LAUNCH_JOB_ID"] = inside.job_id
+        result = ahead.run(argv, cwd=workdir, env=env, timeout=60)
         if result.rc != 0:
             raise SpecError(f"the run did not start: {(result.err or result.out).strip()[:200]}")
         pid = NoScheduler().parse_submit(result.out)
