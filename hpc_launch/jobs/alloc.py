@@ -334,7 +334,7 @@ def start_run(
             path = secrets.path_for(script_path)
             queue(ahead, path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
         argv = run_argv(log_path, script_path)
-        env = dict(secrets.submit_env(job.pass_env) or {})
+        env: Dict[str, Optional[str]] = dict(secrets.submit_env(job.pass_env) or {})
         if not dialect.has_scheduler:  # no scheduler variables: the job script takes the allocation's id from here
             env["HPC_LAUNCH_JOB_ID"] = inside.job_id
         result = ahead.run(argv, cwd=workdir, env=env, timeout=60)
