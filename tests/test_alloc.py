@@ -269,3 +269,12 @@ def test_two_runs_in_a_local_allocation_each_have_their_own_record_and_log(tmp_p
         assert run.state == "done" and run.extra["run_of"] == {"cluster": "local", "job_id": alloc_id}
         assert run.log_path == str(tmp_path / f"{name}.o{alloc_id}")  # named by the allocation, its own
         assert "rank 0 of 1" in Path(run.log_path).read_text()
+
+
+@pytest.mark.parametrize("nodes, queue", [(1, "debug"), (2, "debug"), (4, "debug-scaling")])
+def test_alloc_takes_the_sites_interactive_queue_where_it_fits_the_allocation(nodes, queue):
+    from hpc_launch.project_config import spec_for
+
+    spec = alloc.interactive_spec(spec_for(None, {"cluster": "polaris", "nodes": nodes, "walltime": "30m"}), None)
+    assert (spec.queue or "debug-scaling") == queue  # 4 nodes: over debug's 2, the batch default stays
+    assert alloc.interactive_spec(spec_for(None, {"cluster": "polaris", "queue": "prod"}), None).queue == "prod"

@@ -56,7 +56,7 @@ def alloc(**v: Any) -> None:
     """Get an interactive allocation through the scheduler's own command (salloc, qsub -I, qrsh)
     with submit's options and limits, and open a shell in it: `hpc-launch run` there starts the
     training on its nodes with no new queue wait; leaving the shell ends the allocation."""
-    from ..jobs.alloc import alloc_argv, open_allocation, terminal_argv, wrapper_text
+    from ..jobs.alloc import alloc_argv, interactive_spec, open_allocation, terminal_argv, wrapper_text
     from ..prepare import prepare
     from ..project_config import spec_for
 
@@ -64,7 +64,7 @@ def alloc(**v: Any) -> None:
         given = {k: v[k] for k in JOB_KEYS}
         given["directives"] = given.pop("directive")
         options = job_options(**given)
-    spec = spec_for(v["config"], options)
+    spec = interactive_spec(spec_for(v["config"], options), v["profile"])
     prepared = prepare(spec, profile_file=v["profile"], note=say)  # every limit checked here, before the scheduler
     if v["dry_run"]:
         import shlex

@@ -267,7 +267,7 @@ class PBSPro(Dialect):
     ) -> Optional[List[str]]:
         # `qsub -I ... -- program args`: the program instead of a login shell, on the first node
         # (PBS Professional's qsub(1B)); an interactive job has no log or array
-        batch_only = ("-o", "-e", "-j", "-J", "-r")
+        batch_only = ("-o", "-e", "-j", "-J", "-r", "-k")
         flags = flags_of(self, directives, batch_only)
         keep = [f for f, before in zip(submit_flags, ("", *submit_flags)) if f != "-j" and before != "-j"]
         return ["qsub", "-I", *flags, *keep, "--", *command]

@@ -135,6 +135,22 @@ def _local_holder(script_name: str, id_path: str) -> List[str]:
     ]
 
 
+def interactive_spec(spec: Any, profile_file: Any) -> Any:
+    """`alloc` without --queue: the profile's queue for interactive work where it names one and
+    that queue takes the allocation's nodes and walltime (else the batch defaults and fallbacks)."""
+    from .. import profiles
+    from ..spec import _takes
+
+    if spec.queue:
+        return spec
+    profile = profiles.load(spec.cluster, profile_file=profile_file)
+    name = profile.interactive_queue
+    nodes = spec.nodes if isinstance(spec.nodes, int) else 1
+    if name and _takes(profile.queues[name], nodes, spec.walltime):
+        return replace(spec, queue=name)
+    return spec
+
+
 def alloc_argv(prepared: "Prepared", script_path: str) -> List[str]:
     """The scheduler's command that holds the allocation and runs the wrapper in it."""
     from ..render import directive_lines, submit_flags
