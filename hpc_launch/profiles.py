@@ -291,12 +291,13 @@ class Profile(_Strict):
             raise ValueError(
                 f"default_queue {self.default_queue!r} is not one of the queues ({', '.join(sorted(self.queues))})"
             )
-        for name in [*self.queue_fallbacks, *([self.interactive_queue] if self.interactive_queue else [])]:
+        for name in self.queue_fallbacks:
             if name not in self.queues:
                 known = ", ".join(sorted(self.queues))
-                raise ValueError(
-                    f"queue {name!r} (queue_fallbacks, interactive_queue) is not one of the queues ({known})"
-                )
+                raise ValueError(f"queue_fallbacks: {name!r} is not one of the queues ({known})")
+        if self.interactive_queue and self.interactive_queue not in self.queues:
+            known = ", ".join(sorted(self.queues))
+            raise ValueError(f"interactive_queue: {self.interactive_queue!r} is not one of the queues ({known})")
         for name in self.charge.queues if self.charge else ():
             if name not in self.queues:
                 raise ValueError(f"charge.queues: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")
