@@ -88,7 +88,8 @@ def test_two_runs_inside_one_allocation_and_the_allocation_ends_with_its_shell(
             f"hpc-launch alloc --profile {profile} -c {cluster} -n {nodes} -t 00:04:00 -N {name}; echo ALLOC-END-$?"
         )
         alloc_id = pane.wait(rf"allocation (\d+) on {cluster} recorded", 90).group(1)
-        pane.wait(r"(?ms)recorded; inside it.*[#$][ \t]*$", 30)  # the allocation's shell is at its prompt
+        # the allocation's shell at its prompt (alloc's "recorded" line may come before or after it)
+        pane.wait(r"(?ms)exit ends the allocation\n.*^\S*[#$](?: |$)", 30)
         for i in (1, 2):
             pane.send(f"hpc-launch run --train-args '{RUN_ARGS}'; echo RUN{i}-END-$?")
             assert pane.wait(rf"RUN{i}-END-(\d+)", 240).group(1) == "0", pane.text()[-4000:]
