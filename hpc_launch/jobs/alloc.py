@@ -38,6 +38,7 @@ ALLOC_CLUSTER_ENV = "HPC_LAUNCH_ALLOC_CLUSTER"
 ALLOC_KEY = "alloc"  # record.extra of an allocation: what `run` renders from
 RUN_KEY = "run_of"  # record.extra of a run: {"cluster": ..., "job_id": ...} of its allocation
 ID_SUFFIX = ".alloc-id"  # beside the wrapper: the allocation's id, written by the wrapper inside it
+RECORDED_SUFFIX = ".recorded"  # beside the id: `alloc` has recorded the allocation, the shell may open
 ENDING_POLLS = 10  # seconds the scheduler may take to say an allocation whose shell left has ended
 # hpc-launch's own settings that the allocation's shell keeps (qrsh and qsub -I pass no environment)
 CARRIED = ("HPC_LAUNCH_STATE_DIR", "HPC_LAUNCH_CONFIG_DIR", "HPC_LAUNCH_CLUSTERS_DIR")
@@ -103,6 +104,8 @@ def wrapper_text(prepared: "Prepared", workdir: str, id_path: str, carry: Mappin
             # and hpc-launch's own directories as `alloc` had them: the runs go to the same job store
             *[f"export {k}={q(v)}" for k, v in sorted(carry.items())],
             f'printf "%s\\n" "$JOB_ID" > {q(id_path)}.tmp && mv -f {q(id_path)}.tmp {q(id_path)}',
+            # the shell opens once `alloc` has recorded the allocation: a `run` typed at once finds it
+            f"for _ in $(seq 300); do [ -e {q(id_path + RECORDED_SUFFIX)} ] && break; sleep 0.1; done",
             'echo "[hpc-launch] allocation $JOB_ID opened on $(hostname) at $(date); '
             'inside it: hpc-launch run" >> "$HPC_LAUNCH_LOG"',
             'echo "[hpc-launch] allocation $JOB_ID: hpc-launch run starts the training here; '
@@ -187,7 +190,7 @@ def open_allocation(
     shell: bool = True,
     store: Optional[JobStore] = None,
     say: Callable[[str], None] = lambda line: None,
-    poll_s: float = 0.5,
+    poll_s: float = 0.2,
 ) -> int:
     """Ask the scheduler for the allocation, record it the moment it starts, and wait for its
     shell (`shell`) or, with --no-shell, return once it is held. The exit code."""
@@ -225,6 +228,7 @@ def open_allocation(
                 files = [str(f) for f in (options.get("profile_files") or [])]
                 record.extra = {**record.extra, ALLOC_KEY: {"options": options["job"], "profile_files": files}}
                 add_or_explain(store, record, prepared)
+                transport.put_text(id_path + RECORDED_SUFFIX, "", mode=0o644)
                 say(f"allocation {job_id} on {profile.name} recorded; inside it: hpc-launch run")
                 if not shell:
                     say(f"held in tmux session {session}: attach with `tmux attach -t {session}`")
