@@ -290,6 +290,9 @@ class Profile(_Strict):
     # Tried in order, without --queue, when default_queue does not take the job's node count or
     # walltime (Aurora: debug-scaling from 2 nodes, debug for one, prod from 256)
     queue_fallbacks: List[str] = []
+    # The site's queue for interactive allocations (`hpc-launch alloc` without --queue, where it
+    # takes the allocation's nodes and walltime; ALCF: debug)
+    interactive_queue: Optional[str] = None
     default_walltime: str = "01:00:00"
     # Where the site wants jobs to run from ({group}: the project), where it advises against the home
     # directory for job I/O (ALCF Aurora: the project's Flare space): a work dir in home is refused naming it
@@ -333,6 +336,9 @@ class Profile(_Strict):
             if name not in self.queues:
                 known = ", ".join(sorted(self.queues))
                 raise ValueError(f"queue_fallbacks: {name!r} is not one of the queues ({known})")
+        if self.interactive_queue and self.interactive_queue not in self.queues:
+            known = ", ".join(sorted(self.queues))
+            raise ValueError(f"interactive_queue: {self.interactive_queue!r} is not one of the queues ({known})")
         for name in self.charge.queues if self.charge else ():
             if name not in self.queues:
                 raise ValueError(f"charge.queues: {name!r} is not one of the queues ({', '.join(sorted(self.queues))})")

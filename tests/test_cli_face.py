@@ -32,6 +32,8 @@ COMMANDS = [
     "hosts",
     "rerun",
     "where",
+    "alloc",
+    "run",
 ]
 
 

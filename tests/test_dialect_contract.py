@@ -190,8 +190,8 @@ def test_every_capability_is_a_named_class_with_documented_hooks():
 
 # What each shipped scheduler can do: a change here is a change of behaviour, not of structure.
 CAN = {
-    "pbspro": {"Arrays", "StartEstimates", "FailureWording"},
-    "gridengine": {"Arrays", "HostExclusion", "TestSubmission", "FailureWording"},
+    "pbspro": {"Arrays", "StartEstimates", "FailureWording", "Allocation"},
+    "gridengine": {"Arrays", "HostExclusion", "TestSubmission", "FailureWording", "Allocation"},
     "cobalt": set(),
     "slurm": {
         "Arrays",
@@ -202,8 +202,9 @@ CAN = {
         "FailureWording",
         "ChainHandOff",
         "RestartNotice",
+        "Allocation",
     },
-    "none": {"FailureWording"},
+    "none": {"FailureWording", "Allocation"},
 }
 
 

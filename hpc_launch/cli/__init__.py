@@ -7,6 +7,7 @@ No transport, no file parsing, no orchestration lives here (docs/architecture.md
   app            the typer apps, option parsing shared by commands, tables
   submit_cmds    submit, sweep, rerun, where      (submit's body: submit_run)
   job_cmds       logs, status, list, adopt, cancel, doctor, report, hosts
+  alloc_cmds     alloc, run                        (their core: jobs/alloc)
   info_cmds      hostfile, announce, clusters, plan, completion   (hostfile's body: hostfile_run)
   submit_run     submit between parsing and its exit code (typer-free: both paths call it)
   hostfile_run   the same for hostfile
@@ -145,7 +146,7 @@ def _close_connections() -> None:
 
 
 def _typer_app() -> Any:
-    from . import info_cmds, job_cmds, submit_cmds  # noqa: F401  (each registers its commands)
+    from . import alloc_cmds, info_cmds, job_cmds, submit_cmds  # noqa: F401  (each registers its commands)
     from .app import app
 
     return app

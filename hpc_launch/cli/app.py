@@ -27,6 +27,7 @@ PANELS = (
     ("Run a job", ("submit", "sweep", "tune", "rerun")),
     ("Follow a job", ("status", "logs", "list", "show", "cancel", "doctor", "report", "hosts", "adopt")),
     ("Plan", ("where", "plan", "clusters", "completion")),
+    ("Inside an allocation", ("alloc", "run")),
     ("Inside a job", ("hostfile", "announce")),
 )
 _ORDER = [name for _, names in PANELS for name in names]

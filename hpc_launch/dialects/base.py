@@ -119,7 +119,8 @@ class Dialect(abc.ABC):
       `TestSubmission` (validate a job without queueing it), `FailureWording` (the scheduler's own
       words for doctor's causes), `ChainHandOff` (an ending chain link keeps the next off bad
       hosts), `RestartNotice` (a job the scheduler restarted says so), `NodeListCommand` (the
-      node list comes from a command, Flux's `flux hostlist`).
+      node list comes from a command, Flux's `flux hostlist`), `Allocation` (an interactive
+      allocation through the scheduler's own command: `alloc_argv`, for `hpc-launch alloc`).
     """
 
     name: str = ""
@@ -423,6 +424,19 @@ class RestartNotice:
     restarted_shell: str = ""
 
 
+class Allocation(abc.ABC):
+    """An interactive allocation through the scheduler's own command (`hpc-launch alloc`)."""
+
+    @abc.abstractmethod
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> List[str]:
+        """The scheduler's own command for an interactive allocation with the job's resources (its
+        directive lines, without the prefix, and its submit flags) that runs `command` inside it,
+        on the terminal, and gives the allocation back when `command` exits (Slurm `salloc`, PBS
+        `qsub -I`, Grid Engine `qrsh`; no scheduler: `command` itself)."""
+
+
 class NodeListCommand(abc.ABC):
     """The job's node list comes from a command run inside the job, not from a variable or a file
     (Flux: `flux hostlist local`). `hpc-launch hostfile` runs it when `nodes_from_env` finds none."""
@@ -467,12 +481,25 @@ CAPABILITIES: Tuple[type, ...] = (
     ChainHandOff,
     RestartNotice,
     NodeListCommand,
+    Allocation,
 )
 
 
 def scheduler_words(dialect: Dialect, key: str) -> Tuple[str, ...]:
     """The dialect's own wording (regexes) for doctor's cause `key`; () when it has none."""
     return tuple(dialect.failure_wording.get(key, ())) if isinstance(dialect, FailureWording) else ()
+
+
+def flags_of(dialect: Dialect, directives: Sequence[str], batch_only: Sequence[str]) -> List[str]:
+    """Directive lines as command-line flags (the allocation commands take the batch directives'
+    options), without those only a batch job has (its log file, arrays): `alloc_argv`'s helper."""
+    import shlex
+
+    flags: List[str] = []
+    for line in directives:
+        if dialect.directive_key(line) not in batch_only:
+            flags += shlex.split(line)
+    return flags
 
 
 def with_site_commands(argv: Sequence[str], commands: Dict[str, str]) -> List[str]:

@@ -17,6 +17,7 @@ from msgspec.structs import replace
 from ..errors import SchedulerError
 from ..states import JobState
 from .base import (
+    Allocation,
     Arrays,
     CancelOutcome,
     Dialect,
@@ -26,6 +27,7 @@ from .base import (
     StatusInfo,
     TestSubmission,
     WouldStart,
+    flags_of,
     last_matching_line,
 )
 
@@ -144,7 +146,7 @@ def _seconds(value: str) -> Optional[float]:
     return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) if m else None
 
 
-class GridEngine(Arrays, HostExclusion, TestSubmission, FailureWording, Dialect):
+class GridEngine(Arrays, HostExclusion, TestSubmission, FailureWording, Allocation, Dialect):
     name = "gridengine"
     title = "Grid Engine"
     directive_prefix = "#$"
@@ -166,6 +168,14 @@ class GridEngine(Arrays, HostExclusion, TestSubmission, FailureWording, Dialect)
         # `Your job 42 ("name") has been submitted`, `Your job-array 42.1-4:1 (...)`, or -terse `42`.
         m = last_matching_line(out, r"^(?:Your job(?:-array)? (\d+)[.\s]|(\d+)(?:\.\S+)?$)", "qsub")
         return m.group(1) or m.group(2)
+
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> List[str]:
+        # qrsh takes qsub's resource options; `-now no` waits in the queue as a batch job would
+        # (qrsh's default gives up at once), `-pty y` gives the shell a terminal (qrsh(1))
+        batch_only = ("-o", "-e", "-j", "-t", "-r")
+        return ["qrsh", "-now", "no", "-pty", "y", *flags_of(self, directives, batch_only), *submit_flags, *command]
 
     # ---- before submitting: qsub -w v ----------------------------------------------------------
     def test_submit_argv(self, script_path: str, *, submit_flags: Sequence[str] = ()) -> List[str]:

@@ -11,7 +11,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..protocol import SCRIPT_DIR
 from ..states import JobState
-from .base import CancelOutcome, Dialect, FailureWording, Run, StatusInfo, last_matching_line
+from .base import Allocation, CancelOutcome, Dialect, FailureWording, Run, StatusInfo, last_matching_line
 
 # $1 = log name prefix (NAME.o), $2 = script. setsid makes the job its own session and process
 # group (pid == pgid == sid), so cancel can signal the whole tree. `echo $$` hands back the id
@@ -56,7 +56,7 @@ def release_path(script_path: str) -> str:
 MARKER = SCRIPT_DIR + "/"  # every script we start lives under WORKDIR/.hpc-launch/
 
 
-class NoScheduler(FailureWording, Dialect):
+class NoScheduler(FailureWording, Allocation, Dialect):
     name = "none"
     title = "no scheduler (local, SSH pods)"
     has_scheduler = False
@@ -83,6 +83,12 @@ class NoScheduler(FailureWording, Dialect):
 
     def parse_submit(self, out: str) -> str:
         return last_matching_line(out, r"^(\d+)$", "launch").group(1)
+
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> List[str]:
+        # no scheduler: this machine is the allocation, `command` runs here as it is
+        return list(command)
 
     def status_argv(self, job_ids: Sequence[str]) -> List[str]:
         # Every process of the jobs' sessions (setsid: sid == pid of the job script), with its

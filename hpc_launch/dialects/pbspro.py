@@ -14,7 +14,18 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import SchedulerError
 from ..states import JobState
-from .base import Arrays, CancelOutcome, Dialect, FailureWording, Run, StartEstimates, StatusInfo, last_matching_line
+from .base import (
+    Allocation,
+    Arrays,
+    CancelOutcome,
+    Dialect,
+    FailureWording,
+    Run,
+    StartEstimates,
+    StatusInfo,
+    flags_of,
+    last_matching_line,
+)
 
 # Exit_status values PBS sets itself: -24..-29 MoM killed the job for exceeding ncpus (burst,
 # sum), vmem, mem, cput, walltime (src/resmom/mom_main.c mom_over_limit sets them; the top shell's
@@ -223,7 +234,7 @@ def _array_range(words: List[str]) -> List[int]:
     return []
 
 
-class PBSPro(Arrays, StartEstimates, FailureWording, Dialect):
+class PBSPro(Arrays, StartEstimates, FailureWording, Allocation, Dialect):
     name = "pbspro"
     title = "PBS Professional"
     directive_prefix = "#PBS"
@@ -261,6 +272,16 @@ class PBSPro(Arrays, StartEstimates, FailureWording, Dialect):
         # Torque-style qsub front-ends (Slurm's wrapper) override the script's -N/-j with their
         # own defaults unless they are on the command line; real PBS Pro accepts both.
         return ["-N", name, "-j", "oe"]
+
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> List[str]:
+        # `qsub -I ... -- program args`: the program instead of a login shell, on the first node
+        # (PBS Professional's qsub(1B)); an interactive job has no log or array
+        batch_only = ("-o", "-e", "-j", "-J", "-r", "-k")
+        flags = flags_of(self, directives, batch_only)
+        keep = [f for f, before in zip(submit_flags, ("", *submit_flags)) if f != "-j" and before != "-j"]
+        return ["qsub", "-I", *flags, *keep, "--", *command]
 
     def parse_submit(self, out: str) -> str:
         # `51.pbshead`; `59[].pbshead` for an array (-J 1-3, -J 1-5:2); Slurm's wrapper: bare `51`.

@@ -15,6 +15,7 @@ from .. import protocol
 from ..errors import SchedulerError
 from ..states import JobState
 from .base import (
+    Allocation,
     Arrays,
     CancelOutcome,
     ChainHandOff,
@@ -28,6 +29,7 @@ from .base import (
     StatusInfo,
     TestSubmission,
     WouldStart,
+    flags_of,
     last_matching_line,
 )
 from .slurm_options import line_options, long_option, short_options
@@ -184,7 +186,15 @@ def exit_status(value: str) -> Optional[int]:
 
 
 class Slurm(
-    Arrays, PendingExclusion, StartEstimates, TestSubmission, FailureWording, ChainHandOff, RestartNotice, Dialect
+    Arrays,
+    PendingExclusion,
+    StartEstimates,
+    TestSubmission,
+    FailureWording,
+    ChainHandOff,
+    RestartNotice,
+    Allocation,
+    Dialect,
 ):
     name = "slurm"
     title = "Slurm"
@@ -243,6 +253,14 @@ class Slurm(
         # requeues (a node failed under it) runs again into the same log, which sbatch(1) truncates by
         # default: the first run's lines, the evidence of what failed, were lost (seen on the testbed)
         return ["--parsable", "--open-mode=append"]
+
+    def alloc_argv(
+        self, directives: Sequence[str], command: Sequence[str], *, submit_flags: Sequence[str] = ()
+    ) -> List[str]:
+        # salloc takes sbatch's resource options but has no log file, array or requeue (salloc(1));
+        # it runs `command` here, on the login node, with the allocation's SLURM_* variables
+        batch_only = ("--output", "--error", "--open-mode", "--array", "--requeue", "--no-requeue", "--export")
+        return ["salloc", *flags_of(self, directives, batch_only), *submit_flags, *command]
 
     # ---- arrays: `--array=0-N`; task i is `ID_i` to squeue, sacct and scancel -------------------
     array_index_var = "SLURM_ARRAY_TASK_ID"
