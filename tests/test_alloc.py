@@ -101,7 +101,7 @@ def test_qrsh_waits_in_the_queue_and_gives_the_shell_a_terminal():
 
 def test_no_scheduler_runs_the_command_here_and_a_scheduler_without_one_says_none():
     assert dialects.get("none").alloc_argv(["x"], ["bash", "/w/a.sh"]) == ["bash", "/w/a.sh"]
-    assert dialects.get("cobalt").alloc_argv(["-n 2"], ["bash", "a.sh"]) is None
+    assert not dialects.get("cobalt").supports(dialects.Allocation)  # no command hpc-launch knows
 
 
 # ---- the allocation's life with a stand-in salloc -------------------------------------------------

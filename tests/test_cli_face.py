@@ -143,7 +143,7 @@ def test_the_help_lists_the_commands_by_use_submit_first(hpc_launch_bin, env):
     env["COLUMNS"] = "80"
     text = _run(hpc_launch_bin, "--help", env=env).stdout
     panels = re.findall(r"^╭─ (.+?) ─", text, re.M)
-    assert panels == ["Options", "Run a job", "Follow a job", "Plan", "Inside a job"], panels
+    assert panels == ["Options", "Run a job", "Follow a job", "Plan", "Inside an allocation", "Inside a job"], panels
     listed = re.findall(r"^│ ([a-z][a-z-]*) ", text, re.M)
     assert listed[:5] == ["submit", "sweep", "tune", "rerun", "status"], listed
     assert listed[-2:] == ["hostfile", "announce"]
