@@ -98,3 +98,19 @@ def test_every_active_site_says_how_it_runs_containers_and_where_that_comes_from
         assert p.facts.get("container", "")[:1] in ("V", "U", "I"), name
         shown = profiles.resolved_yaml(name)  # what `hpc-launch clusters show NAME` prints
         assert f"container:\n  runtime: {p.container.runtime}\n" in shown, name
+
+
+@pytest.mark.parametrize("cluster", ["local", "pods"])
+def test_a_users_script_in_a_container_starts_through_the_layer_as_python_does(cluster, tmp_path):
+    # DeepSpeed's launchers run a container's ranks `--no_python`: the command is python's own, where
+    # the layer is `-m hpc_launch.joblayer` (DeepSpeed's `--module` reached python: CI, 2026-11-27)
+    (tmp_path / "mine.py").write_text("print('hi')\n")
+    wiring = {"runtime": "charliecloud", "binds": ["/usr"]}
+    hosts = ["pod1", "pod2"] if cluster == "pods" else None
+    spec = JobSpec(cluster=cluster, workdir=str(tmp_path), script="mine.py", container="/img", hosts=hosts)
+    raw = profiles.load(cluster).to_dict()
+    raw["container"] = wiring
+    job = resolve(spec, msgspec.convert(raw, profiles.Profile), cwd=str(tmp_path))
+    text = render(job, stamp="20260101-000000-000").text
+    assert "HPC_LAUNCH_LAYER=(-m hpc_launch.joblayer)" in text
+    assert "--no_python --no_local_rank " in text and "--module hpc_launch.joblayer" not in text
