@@ -114,3 +114,5 @@ def test_a_users_script_in_a_container_starts_through_the_layer_as_python_does(c
     text = render(job, stamp="20260101-000000-000").text
     assert "HPC_LAUNCH_LAYER=(-m hpc_launch.joblayer)" in text
     assert "--no_python --no_local_rank " in text and "--module hpc_launch.joblayer" not in text
+    # ch-run refuses to start without $USER, which CI's environment lacked (CI, 2026-11-27)
+    assert 'export USER="${USER:-$(id -un)}"' in text

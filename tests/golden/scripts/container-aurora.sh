@@ -154,6 +154,9 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 set +u
 module load spack-pe-gcc apptainer fuse-overlayfs
 set -u
+# runtimes read the user's name from $USER (charliecloud's ch-run will not start without it), which a job
+# started from cron, CI or `env -i` may lack; srun and the DeepSpeed/MPI launchers pass it on to the ranks
+export USER="${USER:-$(id -un)}"
 command -v apptainer >/dev/null || { echo "[hpc-launch] error: the container runtime apptainer is not on PATH on $(hostname): load its module (the profile's container.modules)" >&2; exit 3; }
 # the image must be readable on the node that starts the ranks (it was checked from the submitting host too)
 HPC_LAUNCH_IMAGE=/flare/ds/ipex.sif

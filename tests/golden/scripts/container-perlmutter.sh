@@ -161,6 +161,9 @@ export MASTER_ADDR MASTER_PORT
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- container: every rank runs inside nvcr.io/nvidia/pytorch:24.01-py3 (podman-hpc, the profile's container:) ---
+# runtimes read the user's name from $USER (charliecloud's ch-run will not start without it), which a job
+# started from cron, CI or `env -i` may lack; srun and the DeepSpeed/MPI launchers pass it on to the ranks
+export USER="${USER:-$(id -un)}"
 command -v podman-hpc >/dev/null || { echo "[hpc-launch] error: the container runtime podman-hpc is not on PATH on $(hostname): load its module (the profile's container.modules)" >&2; exit 3; }
 
 # --- launch: srun, one task per GPU; the entrypoint maps SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID ---

@@ -144,6 +144,9 @@ export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-bond0}" NCCL_SOCKET_IFNAME="${N
 echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE"
 
 # --- container: every rank runs inside /gs/fs/tga-g/pytorch.sif (apptainer, the profile's container:) ---
+# runtimes read the user's name from $USER (charliecloud's ch-run will not start without it), which a job
+# started from cron, CI or `env -i` may lack; srun and the DeepSpeed/MPI launchers pass it on to the ranks
+export USER="${USER:-$(id -un)}"
 command -v apptainer >/dev/null || { echo "[hpc-launch] error: the container runtime apptainer is not on PATH on $(hostname): load its module (the profile's container.modules)" >&2; exit 3; }
 # the image must be readable on the node that starts the ranks (it was checked from the submitting host too)
 HPC_LAUNCH_IMAGE=/gs/fs/tga-g/pytorch.sif
