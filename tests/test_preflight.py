@@ -155,8 +155,8 @@ def test_the_interface_check_reads_this_hosts_interfaces():
     names = [n for _, n in socket.if_nameindex()]
     assert preflight.interface_problem("lo") is None  # up, 127.0.0.1
     assert preflight.interface_problem(None) is None and preflight.interface_problem("^docker,lo") is None
-    missing = preflight.interface_problem("hsn")
-    assert missing.startswith("interface hsn does not exist") and all(n in missing for n in names)
+    missing = preflight.interface_problem("hpcnosuchif")
+    assert missing.startswith("interface hpcnosuchif does not exist") and all(n in missing for n in names)
     assert preflight.interface_problem("=l") is not None  # `=`: exact names only
 
 
