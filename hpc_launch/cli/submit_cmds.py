@@ -152,6 +152,19 @@ def submit(
         help="a shared directory staged too; the job finds the copy in $HPC_LAUNCH_STAGED_DATA",
     ),
     no_stage: bool = typer.Option(False, "--no-stage", help="no node-local staging for this job, whatever the profile"),
+    no_preflight: bool = typer.Option(
+        False,
+        "--no-preflight",
+        help="skip the pre-flight gate the ranks pass before training (the entrypoint's and a --script's: "
+        "docs/preflight.md)",
+    ),
+    stop_signal: Optional[str] = typer.Option(
+        None,
+        "--stop-signal",
+        metavar="SIG",
+        help="the signal each rank of a --script gets at --stop-before (default USR1; also USR2, HUP, URG, XCPU): "
+        "docs/rank-layer.md",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
     ),

@@ -13,8 +13,9 @@ from typing import List, Tuple
 
 from hpc_launch.protocol import EXIT_PREFLIGHT
 
-from . import api, deepspeed_cpu, preempt, steps
+from . import api, deepspeed_cpu, gate, preempt, steps
 from .after_import import after_import
+from .stop import STOP_FILE
 from .ranks import RankError, RankInfo, default_threads, discover, torch_env
 
 USAGE = "usage: python -m hpc_launch.joblayer SCRIPT [ARGS...] | -m MODULE [ARGS...]"
@@ -46,9 +47,10 @@ def set_up(info: RankInfo) -> None:
         after_import("torch.optim.optimizer", steps.install_optimizer_hook)
     after_import("deepspeed.comm.torch", deepspeed_cpu.skip_shm_comm_op)
     after_import("deepspeed.ops.op_builder.builder", deepspeed_cpu.announce_jit_builds)
-    if os.environ.get("HPC_LAUNCH_STOP"):  # in a job: SIGUSR1, the deadline and SIGTERM ask to stop
+    if os.environ.get("HPC_LAUNCH_STOP"):  # in a job: the stop signal, the deadline and SIGTERM ask to stop
+        os.environ.setdefault(STOP_FILE, os.environ["HPC_LAUNCH_STOP"])
         request = api.stop_request()
-        preempt.signal_at_deadline(request.deadline)
+        preempt.signal_at_deadline(request.deadline, request.signum)
         preempt.on_sigterm(request, info.rank, api.listening)
 
 
@@ -73,6 +75,8 @@ def main(argv: List[str]) -> None:
             file=sys.stderr,
             flush=True,
         )
+    if gate.wanted(info):  # before the user's code, as the entrypoint's before its first step
+        gate.run(info)
     try:
         run(target, is_module, args)
     except SystemExit as end:
