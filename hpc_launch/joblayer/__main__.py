@@ -13,7 +13,7 @@ from typing import List, Tuple
 
 from hpc_launch.protocol import EXIT_PREFLIGHT
 
-from . import api, deepspeed_cpu, gate, preempt, steps
+from . import api, deepspeed_cpu, gate, hf_trainer, preempt, steps
 from .after_import import after_import
 from .stop import STOP_FILE
 from .ranks import RankError, RankInfo, default_threads, discover, torch_env
@@ -52,6 +52,7 @@ def set_up(info: RankInfo) -> None:
         request = api.stop_request()
         preempt.signal_at_deadline(request.deadline, request.signum)
         preempt.on_sigterm(request, info.rank, api.listening)
+        after_import("transformers.trainer", hf_trainer.install)  # the HF Trainer saves, stops and resumes
 
 
 def main(argv: List[str]) -> None:
