@@ -110,7 +110,7 @@ def test_the_layer_installs_the_adapter_when_the_script_imports_the_trainer(tmp_
     env = dict(os.environ)  # set_up writes the rank's variables into the environment
     try:
         layer.set_up(discover())
-        assert hf_trainer.install in _FINDER.pending.get("transformers.trainer", [])
+        assert layer._hf_trainer in _FINDER.pending.get("transformers.trainer", [])
     finally:
         _FINDER.pending.pop("transformers.trainer", None)
         for s, h in saved.items():

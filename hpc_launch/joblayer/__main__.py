@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from types import ModuleType
 from typing import List, Tuple
 
-from hpc_launch.protocol import EXIT_PREFLIGHT
+from hpc_launch.protocol import ENV_PREFLIGHT, EXIT_PREFLIGHT
 
-from . import api, deepspeed_cpu, gate, hf_trainer, preempt, steps
+from . import api, deepspeed_cpu, preempt, steps
 from .after_import import after_import
 from .stop import STOP_FILE
 from .ranks import RankError, RankInfo, default_threads, discover, torch_env
@@ -37,6 +38,12 @@ def _target(argv: List[str]) -> Tuple[str, bool, List[str]]:
     return argv[0], False, [*ds_args, *argv[1:]]
 
 
+def _hf_trainer(module: ModuleType) -> None:
+    from . import hf_trainer  # only once the script imported the Trainer
+
+    hf_trainer.install(module)
+
+
 def set_up(info: RankInfo) -> None:
     """This rank's torch variables, thread count, and what runs once the user's code imports torch
     or DeepSpeed (nothing of theirs is imported here)."""
@@ -52,7 +59,7 @@ def set_up(info: RankInfo) -> None:
         request = api.stop_request()
         preempt.signal_at_deadline(request.deadline, request.signum)
         preempt.on_sigterm(request, info.rank, api.listening)
-        after_import("transformers.trainer", hf_trainer.install)  # the HF Trainer saves, stops and resumes
+        after_import("transformers.trainer", _hf_trainer)  # the HF Trainer saves, stops and resumes
 
 
 def main(argv: List[str]) -> None:
@@ -76,7 +83,9 @@ def main(argv: List[str]) -> None:
             file=sys.stderr,
             flush=True,
         )
-    if gate.wanted(info):  # before the user's code, as the entrypoint's before its first step
+    if info.world_size > 1 and os.environ.get(ENV_PREFLIGHT) != "0":
+        from . import gate  # before the user's code, as the entrypoint's before its first step
+
         gate.run(info)
     try:
         run(target, is_module, args)

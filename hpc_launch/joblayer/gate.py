@@ -24,10 +24,6 @@ _KEEP: List[Any] = []  # rank 0's store: its server lives as long as the rank (t
 _PROBE_PREFIX = "hpc-launch/preflight-probe"
 
 
-def wanted(info: RankInfo, env: Mapping[str, str] = os.environ) -> bool:
-    return info.world_size > 1 and env.get(protocol.ENV_PREFLIGHT) != "0"
-
-
 def torch_device(local_rank: int) -> Optional[str]:
     """The GPU a rank drives by the usual rule (its local rank among the visible devices), as the
     physical id the gate compares across ranks; None on CPU. torch only, never DeepSpeed."""
