@@ -64,3 +64,33 @@ def test_the_stop_file_is_named_as_hpc_launch_stop_file_and_asks_to_stop(tmp_pat
     Path(line.split(" ", 1)[1].strip()).touch()
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0 and "stopped []" in out, (out, err)
+
+
+# ---- a straggler's measure: the CPU time a rank wanted per step (steps.py) -------------------------
+
+
+def test_wanted_cpu_time_adds_running_and_runnable_time_of_every_thread(tmp_path):
+    from hpc_launch.joblayer.steps import wanted_cpu_s
+
+    for tid, line in (("101", "2000000000 500000000 9\n"), ("102", "1000000000 0 3\n")):
+        (tmp_path / tid).mkdir()
+        (tmp_path / tid / "schedstat").write_text(line)
+    (tmp_path / "103").mkdir()  # a thread that ended between the listing and the read
+    assert wanted_cpu_s(str(tmp_path)) == 3.5
+    assert wanted_cpu_s(str(tmp_path / "gone")) == 0.0
+    assert wanted_cpu_s() > 0  # this machine's own schedstat
+
+
+def test_a_ranks_work_per_step_is_sampled_once_a_second(monkeypatch):
+    from hpc_launch.joblayer import steps
+
+    monkeypatch.setattr(steps, "_STEPS", steps._Steps())
+    busy = iter([10.0, 10.6, 11.8])
+    monkeypatch.setattr(steps, "wanted_cpu_s", lambda: next(busy))
+    steps._STEPS.count = 5
+    assert steps._work_per_step(100.0) == 0.0  # the first sample: nothing to compare with
+    steps._STEPS.count = 8
+    assert steps._work_per_step(100.5) == 0.0  # within the second: no read of schedstat
+    assert abs(steps._work_per_step(101.0) - 0.2) < 1e-9  # 0.6 s over 3 steps
+    steps._STEPS.count = 11
+    assert abs(steps._work_per_step(102.5) - 0.4) < 1e-9  # a neighbour took its CPU: 1.2 s over 3 steps
