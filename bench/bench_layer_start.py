@@ -29,6 +29,9 @@ SLURM_RANK = {
     "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
     "MASTER_ADDR": "10.0.0.1",
     "MASTER_PORT": "29500",
+    # the layer's own start: the pre-flight gate (torch, a rendezvous with the other rank) is the
+    # gate's cost, printed by every gated job (`preflight ok: ... gate N s`)
+    "HPC_LAUNCH_PREFLIGHT": "0",
 }
 
 

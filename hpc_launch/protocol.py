@@ -167,6 +167,7 @@ def interface_ok_shell(name: str) -> str:
 ENV_WORLD_SIZE = "HPC_LAUNCH_WORLD_SIZE"
 ENV_RANKS_PER_NODE = "HPC_LAUNCH_RANKS_PER_NODE"
 ENV_PREFLIGHT = "HPC_LAUNCH_PREFLIGHT"  # "0" skips the gate
+ENV_STOP_SIGNAL = "HPC_LAUNCH_STOP_SIGNAL"  # the signal a --script rank gets at the deadline (SIGUSR1 if unset)
 ENV_PREFLIGHT_TIMEOUT = "HPC_LAUNCH_PREFLIGHT_TIMEOUT"  # seconds for every rank to arrive
 PREFLIGHT_TIMEOUT_S = 300.0  # ranks of a big job can take minutes to import torch on a shared filesystem
 PREFLIGHT_OK = "[hpc-launch] preflight ok: "

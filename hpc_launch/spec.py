@@ -19,7 +19,7 @@ from . import dialects, launchers, site_rules
 from .errors import SpecError
 from .profiles import Profile, Queue, Stage
 from .directive_limits import directive_options
-from .protocol import LOCAL_HOST, PLACEHOLDERS
+from .protocol import ENV_PREFLIGHT, ENV_STOP_SIGNAL, LOCAL_HOST, PLACEHOLDERS
 from .walltime import hms, minutes, parse_walltime
 
 
@@ -70,6 +70,8 @@ class JobSpec(msgspec.Struct):
     stage_env: Optional[bool] = None
     stage_data: Optional[str] = None  # --stage-data: a shared directory staged too
     container: Optional[str] = None  # --container IMAGE: the ranks run inside it (hpc_launch/container.py)
+    preflight: bool = True  # --no-preflight: no pre-flight gate before the ranks' training (docs/preflight.md)
+    stop_signal: Optional[str] = None  # --stop-signal: what a --script rank gets at the deadline (default SIGUSR1)
 
     @classmethod
     def keys(cls) -> List[str]:
@@ -91,6 +93,7 @@ _TEXT_OPTIONS = {
     "stop_before": "--stop-before",
     "notify": "--notify",
     "container": "--container",
+    "stop_signal": "--stop-signal",
 }
 
 
@@ -237,6 +240,29 @@ def _check_token(value: str, what: str, fix: str) -> str:
     return value
 
 
+# Signals a rank may be asked to stop with: catchable, and none that means something else to a
+# Python process or a launcher (INT is Ctrl-C, TERM the scheduler's kill, CHLD/SEGV/... the kernel's).
+STOP_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP", "SIGURG", "SIGXCPU")
+
+
+def _layer_env(spec: JobSpec) -> Dict[str, str]:
+    """--no-preflight and --stop-signal, as the variables every rank reads (protocol.ENV_PREFLIGHT,
+    protocol.ENV_STOP_SIGNAL), so each launcher hands them on as it hands on --env."""
+    env: Dict[str, str] = {}
+    if spec.preflight is False:
+        env[ENV_PREFLIGHT] = "0"
+    if spec.stop_signal is not None:
+        name = str(spec.stop_signal).strip().upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in STOP_SIGNALS:
+            raise SpecError(
+                f"--stop-signal {spec.stop_signal}: not a signal a rank can be asked to stop with",
+                hint=f"use one of {', '.join(s[3:] for s in STOP_SIGNALS)} (default USR1)",
+            )
+        env[ENV_STOP_SIGNAL] = name
+    return env
+
+
 def _stop_before(spec: JobSpec, walltime_s: int) -> int:
     """How long before its walltime the job checkpoints and stops (the trainer's deadline)."""
     if spec.stop_before is None:
@@ -365,6 +391,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
 
     env = dict(p.env)
     env.update(spec.env or {})
+    env.update(_layer_env(spec))
     for key, value in env.items():
         if not _ENV_KEY.match(key):
             raise SpecError(

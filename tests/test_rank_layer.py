@@ -111,6 +111,7 @@ def _layer(args, env, cwd):
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "PALS_", "HPC_LAUNCH"))}
     full.update(env)
     full["PYTHONPATH"] = str(REPO)
+    full.setdefault("HPC_LAUNCH_PREFLIGHT", "0")  # the gate has its own tests (test_rank_layer_gate.py)
     return subprocess.run(
         [sys.executable, "-m", "hpc_launch.joblayer", *args], env=full, cwd=cwd, capture_output=True, text=True
     )

@@ -47,7 +47,8 @@ def _run(tmp_path: Path, steps: int, **env: str) -> subprocess.CompletedProcess:
     script.write_text(LOOP.format(steps=steps))
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HPC_LAUNCH"))}
     full.update(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(_free_port()), PYTHONPATH=str(REPO), HPC_LAUNCH_HANG_S="600", **env)  # fmt: skip
+                MASTER_PORT=str(_free_port()), PYTHONPATH=str(REPO), HPC_LAUNCH_HANG_S="600",
+                HPC_LAUNCH_PREFLIGHT="0", **env)  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "hpc_launch.joblayer", str(script)],
         env=full,

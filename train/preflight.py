@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from hpc_launch import protocol
 
@@ -240,12 +240,21 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def gate(info: RankInfo, *, backend: str, env: Mapping[str, str] = os.environ):
-    """Run the checks; return the rendezvous store for the process group (None for one rank)."""
+def gate(
+    info: RankInfo,
+    *,
+    backend: str,
+    env: Mapping[str, str] = os.environ,
+    device_of: Callable[[int], Optional[str]] = _device,
+):
+    """Run the checks; return the rendezvous store for the process group (None for one rank).
+
+    `device_of(local_rank)`: the accelerator the rank drives (DeepSpeed's view for the entrypoint;
+    the job layer passes a torch-only one, as a user's script need not import DeepSpeed)."""
 
     t0 = time.monotonic()
     ifname = env.get("NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME") or None
-    facts = local_facts(info, ifname=ifname, device=_device(info.local_rank))
+    facts = local_facts(info, ifname=ifname, device=device_of(info.local_rank))
     limit = _timeout(env)
     if info.world_size == 1:  # no peers: only this rank's own facts
         problems = check([facts], world=1, ranks_per_node=None)
@@ -310,8 +319,16 @@ def _store(env: Mapping[str, str], info: RankInfo, *, serve: bool, limit: float)
 
     addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
     try:
+        # multi_tenant: a process group started later in this process on MASTER_PORT (a user's
+        # env:// init after the job layer's gate) shares this server instead of failing to bind
         return tdist.TCPStore(
-            addr, port, info.world_size, is_master=serve, timeout=timedelta(seconds=limit), wait_for_workers=False
+            addr,
+            port,
+            info.world_size,
+            is_master=serve,
+            timeout=timedelta(seconds=limit),
+            wait_for_workers=False,
+            multi_tenant=serve,
         )
     except tdist.DistNetworkError as err:
         if not serve or "EADDRINUSE" not in str(err):

@@ -159,6 +159,19 @@ def submit(
         help="run the ranks inside this image (a path where the job runs, or a registry name), "
         "started by the site's launcher as the profile's container: says (docs/containers.md)",
     ),
+    no_preflight: bool = typer.Option(
+        False,
+        "--no-preflight",
+        help="skip the pre-flight gate the ranks pass before training (the entrypoint's and a --script's: "
+        "docs/preflight.md)",
+    ),
+    stop_signal: Optional[str] = typer.Option(
+        None,
+        "--stop-signal",
+        metavar="SIG",
+        help="the signal each rank of a --script gets at --stop-before (default USR1; also USR2, HUP, URG, XCPU): "
+        "docs/rank-layer.md",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the script (stdout) and the submit command (stderr); touch nothing"
     ),

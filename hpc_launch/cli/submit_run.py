@@ -104,6 +104,8 @@ def read_submit(v: Dict[str, Any]) -> Callable[[], int]:
         stage_env=stage_choice(v["stage_env"], v["stage_data"], v["no_stage"]),
         stage_data=v["stage_data"],
         container=v["container"],
+        preflight=False if v["no_preflight"] else None,
+        stop_signal=v["stop_signal"],
     )
     return lambda: submit(v, options)
 

@@ -10,6 +10,6 @@ Standard library only at import: torch and DeepSpeed are touched only after the 
 imported them. The in-job API (api.py) is re-exported here. docs/rank-layer.md says it all.
 """
 
-from .api import checkpoint_dir, heartbeat, resume_from, stop_requested
+from .api import checkpoint_dir, heartbeat, resume_from, stop_agreed, stop_requested
 
-__all__ = ["checkpoint_dir", "heartbeat", "resume_from", "stop_requested"]
+__all__ = ["checkpoint_dir", "heartbeat", "resume_from", "stop_agreed", "stop_requested"]

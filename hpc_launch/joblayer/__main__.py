@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from types import ModuleType
 from typing import List, Tuple
 
-from hpc_launch.protocol import EXIT_PREFLIGHT
+from hpc_launch.protocol import ENV_PREFLIGHT, EXIT_PREFLIGHT
 
 from . import api, deepspeed_cpu, preempt, steps
 from .after_import import after_import
+from .stop import STOP_FILE
 from .ranks import RankError, RankInfo, default_threads, discover, torch_env
 
 USAGE = "usage: python -m hpc_launch.joblayer SCRIPT [ARGS...] | -m MODULE [ARGS...]"
@@ -36,6 +38,12 @@ def _target(argv: List[str]) -> Tuple[str, bool, List[str]]:
     return argv[0], False, [*ds_args, *argv[1:]]
 
 
+def _hf_trainer(module: ModuleType) -> None:
+    from . import hf_trainer  # only once the script imported the Trainer
+
+    hf_trainer.install(module)
+
+
 def set_up(info: RankInfo) -> None:
     """This rank's torch variables, thread count, and what runs once the user's code imports torch
     or DeepSpeed (nothing of theirs is imported here)."""
@@ -46,10 +54,12 @@ def set_up(info: RankInfo) -> None:
         after_import("torch.optim.optimizer", steps.install_optimizer_hook)
     after_import("deepspeed.comm.torch", deepspeed_cpu.skip_shm_comm_op)
     after_import("deepspeed.ops.op_builder.builder", deepspeed_cpu.announce_jit_builds)
-    if os.environ.get("HPC_LAUNCH_STOP"):  # in a job: SIGUSR1, the deadline and SIGTERM ask to stop
+    if os.environ.get("HPC_LAUNCH_STOP"):  # in a job: the stop signal, the deadline and SIGTERM ask to stop
+        os.environ.setdefault(STOP_FILE, os.environ["HPC_LAUNCH_STOP"])
         request = api.stop_request()
-        preempt.signal_at_deadline(request.deadline)
+        preempt.signal_at_deadline(request.deadline, request.signum)
         preempt.on_sigterm(request, info.rank, api.listening)
+        after_import("transformers.trainer", _hf_trainer)  # the HF Trainer saves, stops and resumes
 
 
 def main(argv: List[str]) -> None:
@@ -73,6 +83,10 @@ def main(argv: List[str]) -> None:
             file=sys.stderr,
             flush=True,
         )
+    if info.world_size > 1 and os.environ.get(ENV_PREFLIGHT) != "0":
+        from . import gate  # before the user's code, as the entrypoint's before its first step
+
+        gate.run(info)
     try:
         run(target, is_module, args)
     except SystemExit as end:

@@ -5,7 +5,11 @@
 - heartbeat(step): tells the watchdog this rank made progress; only a loop that steps no torch
   optimizer needs it (every torch optimizer's step reports by itself).
 - stop_requested(): True once the job asked this rank to stop (the deadline before the
-  walltime, the stop file $HPC_LAUNCH_STOP, or SIGUSR1): save a checkpoint and exit.
+  walltime, the stop file $HPC_LAUNCH_STOP_FILE, or the stop signal, SIGUSR1 unless
+  --stop-signal): save a checkpoint and exit.
+- stop_agreed(): the same, agreed by every rank (one tiny all-reduce): ranks that see the stop
+  file or the deadline one step apart still stop after the same step (call it on every rank at
+  the same point of the loop).
 - checkpoint_dir(): where this job's checkpoints go (the chain's shared directory), or None.
 - resume_from(): the checkpoint to resume from (DeepSpeed's directory with its `latest` tag, or
   the newest entry there), or None on a first start.
@@ -38,6 +42,21 @@ def stop_request() -> StopRequest:
 def stop_requested() -> bool:
     _ASKED[0] = True
     return stop_request().local()
+
+
+def stop_agreed() -> bool:
+    """stop_requested(), True on every rank once any rank was asked (a collective: every rank
+    calls it at the same step). Without a process group it is this rank's own answer."""
+    local = stop_requested()
+    import torch.distributed as tdist  # the caller's process group is up: torch is imported already
+
+    if not (tdist.is_available() and tdist.is_initialized()) or tdist.get_world_size() < 2:
+        return local
+    import torch
+
+    on_gpu = tdist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    return stop_request().agreed(tdist, device)
 
 
 def listening() -> bool:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Any, Mapping, Optional
+import time
+from typing import Any, Mapping, Optional, Tuple
 
 from .ranks import RankInfo, RankError, discover
 
@@ -27,6 +28,8 @@ class _Steps:
         self.info: Optional[RankInfo] = None
         self.env: Mapping[str, str] = os.environ
         self.count = 0
+        self.sampled: Optional[Tuple[float, float, int]] = None  # (wall, wanted CPU s, step) at the last sample
+        self.work_s = 0.0  # CPU time this rank wanted per step, over the last sample
         self.watchdog: Any = None  # a Watchdog once started
         self.tried = False  # the watchdog was started (or could not be) at the first step
         self.ran_through = False  # the script ended without an exception: its steps were all there were
@@ -65,9 +68,49 @@ def _start_watchdog() -> None:
 
     try:
         _STEPS.watchdog = watchdog.start(info, _STEPS.env)
+        if _STEPS.watchdog is not None:
+            _STEPS.watchdog.work_label = "its CPU time wanted (run + run queue)"
     except Exception as exc:  # noqa: BLE001 - a script with its own rendezvous (file://, tcp://elsewhere)
         where = f"{_STEPS.env.get('MASTER_ADDR', '?')}:{_STEPS.env.get('MASTER_PORT', '?')}"
         _say(f"note: no watchdog on rank {info.rank}: the rendezvous store at {where} did not answer ({exc})")
+
+
+SAMPLE_EVERY_S = 1.0
+
+
+def wanted_cpu_s(task_dir: str = "/proc/self/task") -> float:
+    """The CPU time this process's threads ran or waited for a CPU while runnable (Linux schedstat).
+
+    A rank's own work per step, as the straggler rule needs it, without seeing inside the user's
+    step: every rank's step lasts as long as the slowest's (they meet in the gradient all-reduce),
+    but a rank waiting for its peers sleeps, while a rank slowed by a neighbour that takes its CPU
+    waits in the run queue, and that wait counts here. 0.0 where schedstat is missing."""
+    total = 0
+    try:
+        tasks = os.listdir(task_dir)
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"{task_dir}/{tid}/schedstat", encoding="ascii") as fh:
+                ran, waited = fh.read().split()[:2]
+            total += int(ran) + int(waited)
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def _work_per_step(now: float) -> float:
+    """This rank's wanted CPU time per step, sampled at most once a second (reading schedstat
+    costs ~10 µs per thread); the last sample's figure in between."""
+    last = _STEPS.sampled
+    if last is not None and now - last[0] < SAMPLE_EVERY_S:
+        return _STEPS.work_s
+    busy = wanted_cpu_s()
+    if last is not None and _STEPS.count > last[2] and busy > 0:
+        _STEPS.work_s = (busy - last[1]) / (_STEPS.count - last[2])
+    _STEPS.sampled = (now, busy, _STEPS.count)
+    return _STEPS.work_s
 
 
 def on_step(step: Optional[int] = None) -> None:
@@ -76,7 +119,7 @@ def on_step(step: Optional[int] = None) -> None:
     if not _STEPS.tried:
         _start_watchdog()
     if _STEPS.watchdog is not None:
-        _STEPS.watchdog.progress(_STEPS.count, 0.0)
+        _STEPS.watchdog.progress(_STEPS.count, _work_per_step(time.monotonic()))
 
 
 def _optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -157,6 +157,7 @@ class Watchdog:
             timeout=timedelta(seconds=max(5.0, self.poll_s * 2)),
             wait_for_workers=False,
         )
+        self.work_label = "its own data+forward"  # what work_s measures (the job layer's is CPU time)
         self.step = 0
         self.at = time.time()
         self.work_s = 0.0
@@ -303,7 +304,7 @@ class Watchdog:
                 median = statistics.median(q.work_s for q in progress if q.work_s > 0)
                 _say(
                     f"{protocol.STRAGGLER_PREFIX}rank {rank} on {p.host} is {times:.1f}x slower than the median rank "
-                    f"(its own data+forward {p.work_s * 1000:.0f} ms vs {median * 1000:.0f} ms per step; "
+                    f"({self.work_label} {p.work_s * 1000:.0f} ms vs {median * 1000:.0f} ms per step; "
                     f"factor {self.limits.straggler})"
                 )
 

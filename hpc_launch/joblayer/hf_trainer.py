@@ -1,0 +1,85 @@
+"""The Hugging Face Trainer's stop and resume, with no code from the user (installed once the
+user's code imports `transformers.trainer`; nothing of transformers is imported otherwise).
+
+`Trainer.train` is wrapped, on the class, in a function that:
+- adds a callback that, when the job asks to stop (stop_agreed(): the deadline before the
+  walltime, the stop file, the stop signal, the scheduler's SIGTERM), has the Trainer save a
+  checkpoint and end its training after the step it is in (TrainerControl.should_save and
+  should_training_stop: the Trainer's own save, into its own output_dir);
+- resumes from the newest checkpoint in the Trainer's output_dir (transformers'
+  get_last_checkpoint) when the job is a resumed one (a --chain link: $HPC_LAUNCH_CHECKPOINT_DIR,
+  or a scheduler's requeue) and the script itself passed no `resume_from_checkpoint`.
+A script that passes its own `resume_from_checkpoint` (even False) keeps it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable, Mapping, Optional
+
+from . import api
+
+REQUEUED = ("SLURM_RESTART_COUNT", "PBS_RUN_COUNT")  # a requeued job's count of earlier runs (PBS counts from 1)
+
+
+def _say(line: str) -> None:
+    print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
+
+
+def resumed_job(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this job continues an earlier one (a chain link, or a requeue)."""
+    if env.get("HPC_LAUNCH_CHECKPOINT_DIR"):
+        return True
+    counts = {name: env.get(name, "") for name in REQUEUED}
+    return (counts["SLURM_RESTART_COUNT"].isdigit() and int(counts["SLURM_RESTART_COUNT"]) > 0) or (
+        counts["PBS_RUN_COUNT"].isdigit() and int(counts["PBS_RUN_COUNT"]) > 1
+    )
+
+
+def stop_callback(callback_base: type) -> Any:
+    """A TrainerCallback (of transformers' own base class) that saves and stops on the job's request."""
+
+    class StopForTheJob(callback_base):  # type: ignore[misc, valid-type]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if api.stop_agreed():
+                if not getattr(self, "said", False):
+                    self.said = True
+                    if getattr(state, "is_world_process_zero", True):
+                        _say(f"the job asked to stop: the Trainer saves at step {state.global_step} and stops")
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+    return StopForTheJob()
+
+
+def wrap_train(train: Callable[..., Any], callback_base: type, last_checkpoint: Callable[[str], Optional[str]]) -> Any:
+    @functools.wraps(train)
+    def train_for_the_job(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_hpc_launch_stop", None):
+            self._hpc_launch_stop = stop_callback(callback_base)
+            self.add_callback(self._hpc_launch_stop)
+        given = bool(args) or "resume_from_checkpoint" in kwargs
+        output_dir = getattr(getattr(self, "args", None), "output_dir", None)
+        if not given and output_dir and resumed_job() and os.path.isdir(output_dir):
+            found = last_checkpoint(output_dir)
+            if found:
+                _say(f"the Trainer resumes from {found} (the newest checkpoint in its output_dir)")
+                kwargs["resume_from_checkpoint"] = found
+        return train(self, *args, **kwargs)
+
+    train_for_the_job.hpc_launch_wrapped = True  # type: ignore[attr-defined]
+    return train_for_the_job
+
+
+def install(trainer_module: Any) -> None:
+    """After `transformers.trainer` is imported: its Trainer (and every subclass) stops and resumes for the job."""
+    from transformers.trainer_callback import TrainerCallback
+    from transformers.trainer_utils import get_last_checkpoint
+
+    trainer = trainer_module.Trainer
+    if getattr(trainer.train, "hpc_launch_wrapped", False):
+        return
+    trainer.train = wrap_train(trainer.train, TrainerCallback, get_last_checkpoint)
