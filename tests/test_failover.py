@@ -183,3 +183,51 @@ def test_the_node_running_the_rendezvous_is_not_swapped(tmp_path, stubs):
     rc, out = _run(tmp_path, stubs, [f"hang {socket.gethostname()}", "ok"])
     assert rc == 124, out
     assert "runs the job script and the rendezvous; the job ends (exit 124)" in out
+
+
+def test_a_pdsh_launch_kept_waiting_by_a_stopped_rank_is_stopped_and_the_spare_taken(tmp_path, stubs, monkeypatch):
+    """DeepSpeed's pdsh launcher waits for every node's ranks, and a rank stopped with SIGSTOP never
+    ends: once the watchdog has named its node, the loop stops the launch after the grace and swaps
+    the node. The stand-in deepspeed hangs after naming n2 as the watchdog would (no verdict file:
+    .deepspeed_env does not carry its name); the stand-in pdsh ends it when asked to TERM the ranks."""
+    monkeypatch.setenv("HPC_LAUNCH_CLUSTERS_DIR", os.path.join(os.path.dirname(__file__), "e2e", "profiles"))
+    (stubs / "deepspeed").write_text(
+        "#!/bin/bash\n"
+        'n=$(( $(cat "$COUNT" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$COUNT"\n'
+        'echo "launch $n on $(awk \'{print $1}\' "$HOSTFILE_SEEN" | paste -sd, -)"\n'
+        '[ "$n" -gt 1 ] && exit 0\n'
+        'printf "n2\\twatchdog: rank 1 on n2 stopped\\n" >> "$HPC_LAUNCH_BAD_HOSTS"\n'
+        'echo $$ > "$COUNT.pid"; exec sleep 120\n'
+    )
+    (stubs / "pdsh").write_text(
+        "#!/bin/bash\n"
+        'while [ $# -gt 1 ]; do [ "$1" = -w ] && hosts=$2; shift; done\n'
+        'case "$1" in *-TERM*) kill "$(cat "$COUNT.pid")" ;; esac\n'
+        'for h in ${hosts//,/ }; do echo "$h: hpc-launch-ok"; done\n'
+    )
+    for f in (stubs / "deepspeed", stubs / "pdsh"):
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    profile = profiles.load("tb-pbs")
+    profile = msgspec.structs.replace(profile, net_if=None)
+    spec = JobSpec(
+        cluster="tb-pbs", nodes=2, failover=1, workdir=str(tmp_path), venv=str(stubs / "venv"), train_args=CKPT
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(render(resolve(spec, profile), stamp="t").text)
+    (tmp_path / "nodes").write_text("".join(f"{h}\n" for h in (socket.gethostname(), "n2", "n3")))
+    env = {
+        "PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(tmp_path),
+        "PBS_JOBID": "62.pbshead",
+        "PBS_NODEFILE": str(tmp_path / "nodes"),
+        "COUNT": str(tmp_path / "count"),
+        "HOSTFILE_SEEN": str(tmp_path / "hostfile_62"),
+        "HPC_LAUNCH_FAILOVER_GRACE_S": "1",
+        "VIRTUAL_ENV": str(stubs / "venv"),
+    }
+    r = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "[hpc-launch] failover: the launch did not end" in out and "stopping the ranks on" in out, out
+    assert f"launch 2 on {socket.gethostname()},n3" in out, out
+    assert "[hpc-launch] failover: n2 swapped out for n3 (watchdog: rank 1 on n2 stopped; exit 143;" in out

@@ -39,10 +39,11 @@ def test_a_rank_stopped_on_pod2_is_swapped_for_the_spare_in_the_same_job(hpc_lau
         "--model smallcnn --data synthetic --steps 100 --micro-batch 8 --log-every 10 "
         "--checkpoint-every 20 --checkpoint-dir failover-ckpt --no-eval",
     )
+    # the ranks' lines come through pdsh, each behind its host's name ("pod2: ...")
     log = shared_workdir / f"failover.o{job.split('.')[0]}"
     text = cli.wait_log(log, "step=40 ", timeout=300)
     assert "[hpc-launch] spares: training on pod1 pod2 (1 spare" in text, text[-3000:]
-    pid = int(re.search(r"^\[hpc-train\] node pod2: rank \d+ of \d+, pid (\d+)", text, re.M).group(1))
+    pid = int(re.search(r"^(?:pod\d: )?\[hpc-train\] node pod2: rank \d+ of \d+, pid (\d+)", text, re.M).group(1))
     subprocess.run(["kill", "-STOP", str(pid)], check=True)
     try:
         ended = cli.wait_state(job, {"done", "failed", "cancelled", "timeout"}, timeout=480)
@@ -52,7 +53,7 @@ def test_a_rank_stopped_on_pod2_is_swapped_for_the_spare_in_the_same_job(hpc_lau
     text = log.read_text()
     assert ended == "done", text[-4000:]
     assert text.count("[hpc-launch] job ") == 1  # one run of one job: no requeue, no next link
-    assert re.search(r"^\[hpc-launch\] hang: rank \d+ on pod2", text, re.M), text[-4000:]
+    assert re.search(r"^(?:pod\d: )?\[hpc-launch\] hang: rank \d+ on pod2", text, re.M), text[-4000:]
     assert re.search(r"^\[hpc-launch\] failover: pod2 swapped out for pod3 \(watchdog: ", text, re.M), text[-4000:]
     after = text.split("[hpc-launch] failover: pod2 swapped out")[1]
     hostfile = re.search(r"\[hpc-launch\] hostfile \S+:\n((?:\S+ slots=\d+\n)+)", after).group(1)
