@@ -52,7 +52,7 @@ def test_a_rank_stopped_on_pod2_is_swapped_for_the_spare_in_the_same_job(hpc_lau
         subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
     text = log.read_text()
     assert ended == "done", text[-4000:]
-    assert text.count("[hpc-launch] job ") == 1  # one run of one job: no requeue, no next link
+    assert len(re.findall(r"^\[hpc-launch\] job \S+ on ", text, re.M)) == 1  # one run: no requeue, no next link
     assert re.search(r"^(?:pod\d: )?\[hpc-launch\] hang: rank \d+ on pod2", text, re.M), text[-4000:]
     assert re.search(r"^\[hpc-launch\] failover: pod2 swapped out for pod3 \(watchdog: ", text, re.M), text[-4000:]
     after = text.split("[hpc-launch] failover: pod2 swapped out")[1]
