@@ -14,7 +14,7 @@ from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
 from .jobs.state import start_words
-from .protocol import EXIT_SIGINT
+from .protocol import EXIT_SIGINT, FAILOVER_PREFIX
 
 
 def _exit_code(state: JobState, code: Optional[int]) -> int:
@@ -200,9 +200,11 @@ def host_lines(rec: JobRecord, log_text: str) -> List[str]:
     lines = []
     if extra.get("excluded"):
         lines.append(f"  hosts     kept off {', '.join(extra['excluded'])} (found bad by earlier jobs, or --exclude)")
-    spares = re.search(r"^\[hpc-launch\] spares: (training on .*)$", log_text, re.M)
-    if spares:
-        lines.append(f"  hosts     {spares.group(1)}")
+    spares = re.findall(r"^\[hpc-launch\] spares: (training on .*)$", log_text, re.M)
+    if spares:  # the last: after a --failover swap, the nodes it ended on
+        lines.append(f"  hosts     {spares[-1]}")
+    for swap in re.findall("^" + re.escape(FAILOVER_PREFIX) + r"(.* swapped out for .*)$", log_text, re.M):
+        lines.append(f"  failover  {swap}")
     gate = re.search(
         r"^\[hpc-launch\] preflight ok: (\d+ ranks? on \d+ hosts?): .*?; all-reduce (.*?); gate ([\d.]+ s)$",
         log_text,

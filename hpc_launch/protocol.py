@@ -205,6 +205,11 @@ BAD_HOSTS_SUFFIX = ".badhosts"
 ENV_BAD_HOSTS = "HPC_LAUNCH_BAD_HOSTS"
 
 
+# --failover: each swap onto a spare, in the job's log (templates/body/failover.sh.j2), read back for the summary:
+# `[hpc-launch] failover: HOST swapped out for SPARE (REASON; ...)`
+FAILOVER_PREFIX = "[hpc-launch] failover: "
+
+
 # A chain link that found bad hosts keeps the links waiting for it off them before it exits, and
 # says so in its log: `[hpc-launch] next link kept off HOSTS: job ID` (read back for the summary).
 KEPT_OFF_PREFIX = "[hpc-launch] next link kept off "

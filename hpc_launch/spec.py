@@ -66,6 +66,9 @@ class JobSpec(msgspec.Struct):
         default_factory=list
     )  # hosts the job must not run on (the user's, and those remembered as bad)
     spares: int = 0  # nodes held beyond --nodes: the job trains on the first --nodes that pass its start-up check
+    failover: int = (
+        0  # --failover N: N spares, and the job goes on on one when the gate or the watchdog finds a bad node
+    )
     # node-local staging over the profile's `stage:` (docs/staging.md): True --stage-env, False --no-stage
     stage_env: Optional[bool] = None
     stage_data: Optional[str] = None  # --stage-data: a shared directory staged too
@@ -156,6 +159,7 @@ class ResolvedJob(msgspec.Struct):
         default_factory=list
     )  # kept off by the scheduler (dialect.exclude_flags), or dropped from --hosts
     spares: int = 0  # allocated beyond `nodes`; the job script keeps the first `nodes` that pass its check
+    failover: int = 0  # swaps onto a spare the job script may make (templates/body/failover.sh.j2)
     # hosts earlier jobs found bad that the scheduler cannot keep the job off: the spares check takes them last
     tried_last: List[str] = field(default_factory=list)
     import_from: Optional[str] = (
@@ -577,6 +581,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         chain=spec.chain,
         exclude=exclude if dialect.has_scheduler else [],
         spares=spares,
+        failover=_failover(spec, train_args),
         container=spec.container or None,
     )
 
@@ -626,22 +631,49 @@ def _avoidance(spec: JobSpec, dialect, launcher, hosts: List[str]) -> "tuple[Lis
             hint="hold spare nodes instead: --spares K trains on the --nodes that pass the start-up check",
         )
     spares = spec.spares or 0
+    failover = spec.failover or 0
+    if isinstance(failover, int) and not isinstance(failover, bool) and 0 < failover <= MAX_SPARES:
+        spares = max(spares, failover)  # --failover N holds N spares (at least)
     if isinstance(spares, bool) or not isinstance(spares, int) or not 0 <= spares <= MAX_SPARES:
         raise SpecError(f"--spares must be a whole number from 0 to {MAX_SPARES}, not {spares!r}")
+    what = "--failover" if failover else "--spares"
     if spares and not dialect.has_scheduler:
         raise SpecError(
-            "--spares needs a scheduler that allocates the nodes",
+            f"{what} needs a scheduler that allocates the nodes",
             hint="on pods list more --hosts than --nodes: the job uses the first that answer",
         )
     if spares and not launcher.places_by_hostfile:
         raise SpecError(
-            f"--spares: the {launcher.name} launcher places ranks on every allocated node, not on a chosen few",
+            f"{what}: the {launcher.name} launcher places ranks on every allocated node, not on a chosen few",
             hint=(
                 "this scheduler can exclude hosts instead: --exclude "
                 "HOST (and hosts found bad are excluded by themselves)"
             ),
         )
     return exclude, spares
+
+
+def _failover(spec: JobSpec, train_args: List[str]) -> int:
+    """--failover N, checked (its spares and launcher were checked with --spares'): the ranks restart
+    on a spare from the newest checkpoint, so the training must write one."""
+    n = spec.failover or 0
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_SPARES:
+        raise SpecError(f"--failover must be a whole number from 0 to {MAX_SPARES}, not {n!r}")
+    if n and spec.script:
+        raise SpecError(
+            "--failover restarts the shipped entrypoint from its checkpoint; a --script resumes as it sees fit",
+            hint="drop --failover (use --spares K), or train with the entrypoint and --checkpoint-dir",
+        )
+    if (
+        n
+        and spec.chain <= 1
+        and not any(a == "--checkpoint-dir" or a.startswith("--checkpoint-dir=") for a in train_args)
+    ):
+        raise SpecError(
+            "--failover restarts the ranks from the newest checkpoint; the training arguments name no --checkpoint-dir",
+            hint="add --checkpoint-dir DIR (and --checkpoint-every N) to --train-args",
+        )
+    return n
 
 
 def _running_venv() -> Optional[str]:

@@ -23,6 +23,7 @@ BATCH_ONLY = (
     "show_all",
     "gather",
     "spares",
+    "failover",
     "stage_env",
     "stage_data",
     "no_stage",

@@ -139,6 +139,13 @@ def submit(
         help="hold K extra nodes and train on the first --nodes that pass the "
         "start-up check (for schedulers that cannot exclude hosts, e.g. PBS)",
     ),
+    failover: Optional[int] = typer.Option(
+        None,
+        "--failover",
+        metavar="N",
+        help="hold N spare nodes; when the pre-flight gate or the watchdog finds a bad node, the ranks restart "
+        "from the newest checkpoint on the healthy nodes plus a spare, in the same job (up to N times)",
+    ),
     stage_env: bool = typer.Option(
         False,
         "--stage-env",

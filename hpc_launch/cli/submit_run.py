@@ -101,6 +101,7 @@ def read_submit(v: Dict[str, Any]) -> Callable[[], int]:
         gather=v["gather"],
         exclude=v["exclude"],
         spares=v["spares"],
+        failover=v["failover"],
         stage_env=stage_choice(v["stage_env"], v["stage_data"], v["no_stage"]),
         stage_data=v["stage_data"],
         container=v["container"],
