@@ -303,6 +303,7 @@ def render(
             "HPC_LAUNCH_STOP",
             "HPC_LAUNCH_CHECKPOINT_DIR",
             protocol.ENV_BAD_HOSTS,
+            protocol.ENV_VERDICT,  # the watchdog's and the gate's exit code for the job, from any node
             protocol.ENV_WORLD_SIZE,
             protocol.ENV_RANKS_PER_NODE,
         )

@@ -158,3 +158,12 @@ def test_user_directive_replaces_default_instead_of_duplicating():
     walltimes = [l for l in text.splitlines() if l.startswith("#PBS -l walltime")]
     assert walltimes == ["#PBS -l walltime=02:00:00"]
     assert "#PBS -m abe" in text
+
+
+@pytest.mark.parametrize("cluster", ["abci", "abci2"])
+def test_every_rank_on_every_node_knows_where_the_jobs_verdict_goes(cluster):
+    # the watchdog or the gate on a remote rank writes the job's exit code there; mpirun -x and
+    # .deepspeed_env carry only named variables (a pdsh job hung by a stopped rank lost it)
+    job = resolve(JobSpec(cluster=cluster, nodes=2, group="g1", workdir="/w"), profiles.load(cluster), cwd="/w")
+    text = render(job, stamp="20260101-000000-000").text
+    assert "-x HPC_LAUNCH_VERDICT" in text or "printf '%s=%s\\n' HPC_LAUNCH_VERDICT" in text

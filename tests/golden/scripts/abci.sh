@@ -156,5 +156,5 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 
 # --- launch: Open MPI, one rank per GPU; the entrypoint maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE/LOCAL_RANK ---
 mpirun -np "$WORLD_SIZE" --npernode 8 -hostfile "$HOSTFILE" \
-  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS -x HPC_LAUNCH_WORLD_SIZE -x HPC_LAUNCH_RANKS_PER_NODE \
+  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS -x HPC_LAUNCH_VERDICT -x HPC_LAUNCH_WORLD_SIZE -x HPC_LAUNCH_RANKS_PER_NODE \
   -bind-to none -map-by slot -mca pml ob1 -mca btl self,tcp -mca btl_tcp_if_include bond0 python -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200

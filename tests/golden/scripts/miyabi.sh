@@ -158,6 +158,6 @@ echo "[hpc-launch] MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=
 # --- launch: mpirun starts one torchrun per node (static rendezvous: no hostname lookups) ---
 # shellcheck disable=SC2016  # $OMPI_COMM_WORLD_RANK must expand on each node, not here
 mpirun -np "$NNODES" --map-by ppr:1:node -hostfile "$HOSTFILE" \
-  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS -x HPC_LAUNCH_WORLD_SIZE -x HPC_LAUNCH_RANKS_PER_NODE \
+  -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE -x HPC_LAUNCH_DEADLINE -x HPC_LAUNCH_STOP -x HPC_LAUNCH_CHECKPOINT_DIR -x HPC_LAUNCH_BAD_HOSTS -x HPC_LAUNCH_VERDICT -x HPC_LAUNCH_WORLD_SIZE -x HPC_LAUNCH_RANKS_PER_NODE \
   bash -c 'exec torchrun --nnodes "$1" --nproc_per_node "$2" --node_rank "$OMPI_COMM_WORLD_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${@:3}"' \
   torchrun-node "$NNODES" 1 "$HPC_TRAIN" --model resnet50 --data synthetic --zero 2 --precision bf16 --micro-batch 128 --steps 200
