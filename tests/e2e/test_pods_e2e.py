@@ -238,8 +238,10 @@ def test_killed_pdsh_launcher_leaves_no_rank_on_either_pod(pods, tmp_path):
     pids = [int(p) for p in re.findall(r"^pod\d: rank \d on pod\d pid (\d+)", log, re.M)]
     assert len(pids) == 2 and all(_alive(p) for p in pids)
     marker = f"HPC_LAUNCH_RANKS_OF={job_id}@10.200.0.11"
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--sid", job_id], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--sid", job_id], capture_output=True, text=True).stdout
     launcher = [int(line.split()[0]) for line in out.splitlines() if "--launcher pdsh" in line]
+    if len(launcher) != 1:
+        pods("cancel", job_id, timeout=120)
     assert len(launcher) == 1, out
     os.kill(launcher[0], 9)
 
