@@ -81,9 +81,10 @@ def diagnose(log_text: str, *, exit_code: Optional[int] = None, comment: str = "
         if cause.fallback and (ended_well or strong):
             continue
         said = cause.signal(facts) if cause.signal else None
-        hit = _search(cause.patterns, text, programs, facts)
+        unscheduled = _search(cause.unscheduled_patterns, text, programs, facts)
+        hit = unscheduled or _search(cause.patterns, text, programs, facts)
         if hit:
-            strong.append(_finding(cause, *hit, strong=True))
+            strong.append(_finding(cause, *hit, strong=True, unscheduled=unscheduled is not None))
         elif said and not cause.signal_weak:
             strong.append(_finding(cause, {}, said, None, strong=True))
         elif facts.cancelled:
@@ -130,13 +131,22 @@ def _clip(line: str, at: int) -> str:
 
 
 def _finding(
-    cause: Cause, groups: Dict[str, Optional[str]], evidence: str, line_no: Optional[int], *, strong: bool
+    cause: Cause,
+    groups: Dict[str, Optional[str]],
+    evidence: str,
+    line_no: Optional[int],
+    *,
+    strong: bool,
+    unscheduled: bool = False,
 ) -> Finding:
     values = {k: _visible(v.strip()) for k, v in groups.items() if v}
     if {"micro", "accum", "world"} <= values.keys():
         values["want"] = str(int(values["micro"]) * int(values["accum"]) * int(values["world"]))
     text = cause.cause if strong or not cause.weak_cause else cause.weak_cause
-    return Finding(cause, _fill(text, values), _fill(cause.fix, values), _visible(evidence), line_no, strong)
+    fix = cause.fix
+    if unscheduled:  # hpc-launch's own words where no scheduler runs the job: it, not a scheduler, ended it
+        text, fix = cause.unscheduled_cause, cause.unscheduled_fix
+    return Finding(cause, _fill(text, values), _fill(fix, values), _visible(evidence), line_no, strong)
 
 
 def _fill(template: str, values: Dict[str, str]) -> str:

@@ -16,6 +16,13 @@ def scheduler_words(key: str) -> Tuple[str, ...]:
     return tuple(p for d in dialects.all_dialects() for p in dialects.scheduler_words(d, key))
 
 
+def unscheduled_words(key: str) -> Tuple[str, ...]:
+    """The wording for the cause `key` of the dialects with no scheduler (local, pods): hpc-launch's own."""
+    from . import dialects
+
+    return tuple(p for d in dialects.all_dialects() if not d.has_scheduler for p in dialects.scheduler_words(d, key))
+
+
 @dataclass(frozen=True)
 class Facts:
     """What the scheduler and the exit-code file say, besides the log."""
@@ -44,6 +51,11 @@ class Cause:
     # the last resort: only for a failed job that no other cause's own words explain (its words also show
     # in logs of jobs that ended well, and under the failures the other causes name)
     fallback: bool = False
+    # Where no scheduler runs the job (local, pods) hpc-launch itself is the one that ended it: its words
+    # (unscheduled_words) get these cause and fix lines instead, never "the scheduler ...".
+    unscheduled_patterns: Tuple[str, ...] = ()
+    unscheduled_cause: str = ""
+    unscheduled_fix: str = ""
 
 
 # The table, most specific first: the first cause that matches is the one shown; a weak match
@@ -430,6 +442,11 @@ CAUSES: Tuple[Cause, ...] = (
             if f.state == "timeout" and f.exit_code != 75
             else None
         ),
+        unscheduled_patterns=unscheduled_words("walltime"),
+        unscheduled_cause="the job ran out of walltime: there is no scheduler here, so hpc-launch ended it at the "
+        "walltime it was given (SIGTERM, then SIGKILL to what still ran after the grace)",
+        unscheduled_fix="ask for more with --walltime, or train in pieces that resume: --train-args '... "
+        "--checkpoint-dir DIR --checkpoint-every N' (the next job resumes by itself)",
     ),
     Cause(
         "python_exception",

@@ -463,3 +463,16 @@ def test_the_command_on_a_binary_log_prints_no_control_bytes(tmp_path, capsys):
     rc, out, _ = _doctor(capsys, str(log))
     assert rc == 1 and not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out), repr(out)
     assert "evidence: line 2: \\x1b[31mRuntimeError: café 日本\\x1b[0m\\x07\\x00" in out.splitlines()
+
+
+def test_a_walltime_kill_with_no_scheduler_says_hpc_launch_ended_it():
+    # the line templates/body/walltime.sh.j2 prints on `local` and `pods`, where no scheduler runs the job
+    log = (
+        "ran\n[hpc-launch] walltime 00:00:04 reached: no scheduler here, so hpc-launch ends the job "
+        "(SIGTERM now, SIGKILL in 30 s to what still runs)\n"
+    )
+    d = diagnose(log, exit_code=142, state="timeout", comment="walltime 00:00:04 reached (no scheduler here)")
+    assert d.top.cause.key == "walltime" and d.top.line_no == 2
+    assert "scheduler killed" not in d.top.text and "hpc-launch ended it at the walltime it was given" in d.top.text
+    assert "queue's limit" not in d.top.fix and "--walltime" in d.top.fix
+    assert [f.cause.key for f in d.findings] == ["walltime"]  # the state's timeout is the same finding, not another

@@ -258,6 +258,25 @@ def test_cancel_that_races_the_jobs_own_end_keeps_the_real_outcome(scripted, sto
     assert store.get("42", "c").state == "done"
 
 
+def test_cancel_of_a_grid_engine_job_in_eqw_says_it_never_ran(scripted, store):
+    """qdel of a job in Eqw: qacct keeps the failed start with exit_status 0 (the recorded failed
+    record, its failed line that of sge_status(5) 26), which is no exit code of the job's own."""
+    from hpc_launch.dialects.gridengine import GridEngine
+
+    qacct = (Path(__file__).parent / "golden" / "sched" / "sge_qacct_failed.txt").read_text()
+    qacct = qacct.replace("failed       0    ", "failed       26  : opening input/output file").replace(
+        "exit_status  3 ", "exit_status  0 "
+    )
+    t = _fake(scripted)
+    scripted.answers = [{"42": StatusInfo(JobState.QUEUED, raw="Eqw", never_runs=True)}, {}]
+    scripted.accounting_answer = GridEngine.parse_accounting(qacct)
+    result = jobs.cancel(store, _record(store, state="queued"), t, sleep=lambda s: None)
+    assert (result.state, result.exit_code) == (JobState.CANCELLED, None)
+    assert result.message == "job 42 cancelled before it ran (Grid Engine: failed 26: opening input/output file)"
+    rec = store.get("42", "c")
+    assert (rec.state, rec.exit_code) == ("cancelled", None)
+
+
 def test_a_refused_cancel_is_an_error_and_leaves_the_record_as_it_was(scripted, store):
     t = _fake(scripted)
     scripted.cancel_result = CommandResult(159, "", "qdel: Unauthorized Request  42.pbs")

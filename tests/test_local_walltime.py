@@ -59,6 +59,8 @@ def test_a_local_job_is_ended_at_its_walltime_and_says_so(hpc_launch_bin, tmp_pa
         [hpc_launch_bin, "logs", "--summary", job], cwd=work, env=env, capture_output=True, text=True, timeout=60
     ).stdout
     assert "walltime 00:00:04 reached" in summary, summary
+    # no scheduler here: hpc-launch, not a scheduler, ended it
+    assert "hpc-launch ended it at the walltime it was given" in summary and "scheduler killed" not in summary, summary
     assert _wait_until(lambda: not _processes_in(work), 10), _processes_in(work)
 
 

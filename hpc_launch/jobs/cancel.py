@@ -7,7 +7,7 @@ it ended, never relabelled as cancelled.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional
 
 from .. import dialects, secrets
@@ -60,14 +60,23 @@ def cancel(
     discard(transport, secrets.path_for(record.script_path))
     deadline = time.monotonic() + confirm_s
     delay = CANCEL_POLL.first
+    never_started = before.state == JobState.QUEUED
     while True:
         current = store.get(record.job_id, record.cluster)
         got = query(transport, [current])[record.job_id]
+        if never_started and got.state == JobState.CANCELLED:
+            # A code the scheduler gives it is not the job's own: Grid Engine's qacct says exit 0 for a
+            # job it failed to start (Eqw, `failed 26: opening input/output file`).
+            got = replace(got, exit_code=None)
         store_outcome(store, current, got, transport)
         if got.state.terminal:
             if outcome.already_ended and got.state != JobState.CANCELLED:
                 return CancelResult(got.state, got.exit_code, _ended_line(record.job_id, got, "had already ended"))
-            line = _noted(_ended_line(record.job_id, got, "ended"), outcome.note)
+            if never_started and got.state == JobState.CANCELLED:
+                why = f" ({got.comment})" if got.comment else ""
+                line = _noted(f"job {record.job_id} cancelled before it ran{why}", outcome.note)
+            else:
+                line = _noted(_ended_line(record.job_id, got, "ended"), outcome.note)
             return CancelResult(got.state, got.exit_code, line)
         if time.monotonic() >= deadline:
             return CancelResult(

@@ -222,3 +222,34 @@ def test_cancel_leaves_no_rank_on_either_pod(pods, tmp_path):
     assert not _carrying(marker), "a process of the job outlived cancel"
     assert "[hpc-launch] stopping the ranks on pod1,pod2" in _log(pods, job_id)
     assert session() == "", "the launcher outlived cancel on pod1"
+
+
+def test_killed_pdsh_launcher_leaves_no_rank_on_either_pod(pods, tmp_path):
+    """DeepSpeed's pdsh launcher on pod1 dies mid-job (SIGKILL: no handler of its own runs): the job
+    script stops the ranks it started on every pod, and the job ends with the launcher's code."""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_PY)
+    r = _submit(pods, "--hosts", "pod1,pod2", "--script", str(script), "--train-args", "sleep", follow=False)
+    assert r.returncode == 0, r.stderr
+    job_id = _job_id(r)
+    log_path = pods.workdir / f"train.o{job_id}"
+    pods.wait_log(log_path, "pod2: rank 1 on pod2", timeout=120)
+    log = pods.wait_log(log_path, "pod1: rank 0 on pod1", timeout=60)
+    pids = [int(p) for p in re.findall(r"^pod\d: rank \d on pod\d pid (\d+)", log, re.M)]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    marker = f"HPC_LAUNCH_RANKS_OF={job_id}@10.200.0.11"
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--sid", job_id], capture_output=True, text=True).stdout
+    launcher = [int(line.split()[0]) for line in out.splitlines() if "--launcher pdsh" in line]
+    if len(launcher) != 1:
+        pods("cancel", job_id, timeout=120)
+    assert len(launcher) == 1, out
+    os.kill(launcher[0], 9)
+
+    exitcode = pods.workdir / f"train.o{job_id}.exitcode"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (any(_alive(p) for p in pids) or _carrying(marker) or not exitcode.exists()):
+        time.sleep(0.5)
+    assert not [p for p in pids if _alive(p)], "a rank outlived its killed launcher"
+    assert not _carrying(marker), "a process of the job outlived its killed launcher"
+    assert "[hpc-launch] the launcher ended with exit code 137: stopping the ranks on pod1,pod2" in _log(pods, job_id)
+    assert exitcode.read_text().split()[0] == "137"

@@ -211,10 +211,10 @@ if [ "$NNODES" -gt 1 ]; then
   fi
 fi
 # Stop this job's ranks on every node: TERM (DeepSpeed's per-node launcher then ends its ranks),
-# KILL what is left after 5 s, then the launcher here.
+# KILL what is left after 5 s, then the launcher here. $1: why, for the log.
 hpc_launch_stop_ranks() {
   trap '' TERM INT
-  echo "[hpc-launch] stopping the ranks on $HPC_LAUNCH_HOSTS" >&2
+  echo "[hpc-launch] ${1:+$1: }stopping the ranks on $HPC_LAUNCH_HOSTS" >&2
   local each="for p in /proc/[0-9]*; do grep -qsxzF HPC_LAUNCH_RANKS_OF=$HPC_LAUNCH_RANKS_OF \$p/environ && kill"
   hpc_launch_pdsh "$each -TERM \${p#/proc/}; done; true" >/dev/null 2>&1 || true
   if [ -n "$HPC_LAUNCH_RUNNER" ]; then
@@ -234,5 +234,12 @@ set -m
 deepspeed --hostfile "$HOSTFILE" --launcher pdsh --no_ssh_check --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --ssh_port 22 --no_python --no_local_rank ch-run -b "$WORKDIR":"$WORKDIR" -c "$WORKDIR" /srv/img/torch -- python3 -u "$HPC_TRAIN" --model resnet50 --data synthetic --zero 1 --micro-batch 32 --steps 200 &
 HPC_LAUNCH_RUNNER=$!
 set +m
-# pdsh -S: the job fails with the largest exit status of any node
-wait "$HPC_LAUNCH_RUNNER"
+# pdsh -S: the job fails with the largest exit status of any node. A launcher that failed, or died
+# (SIGKILL: no handler of its own ran), leaves what its pdsh started on the other nodes running: the
+# ssh sessions' end does not reach them. Stop them on every node before the job ends.
+HPC_LAUNCH_RC=0
+wait "$HPC_LAUNCH_RUNNER" || HPC_LAUNCH_RC=$?
+if [ "$HPC_LAUNCH_RC" -ne 0 ]; then
+  hpc_launch_stop_ranks "the launcher ended with exit code $HPC_LAUNCH_RC"
+  exit "$HPC_LAUNCH_RC"
+fi
