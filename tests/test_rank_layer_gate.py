@@ -36,9 +36,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_ranks(tmp_path: Path, **env: str) -> List[Tuple[int, str]]:
+def _two_ranks(tmp_path: Path, text: str = SCRIPT, **env: str) -> List[Tuple[int, str]]:
     script = tmp_path / "mine.py"
-    script.write_text(SCRIPT)
+    script.write_text(text)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HPC_LAUNCH"))}
     base.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                 PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
@@ -78,3 +78,23 @@ def test_with_the_gate_off_the_same_world_runs_the_users_code(tmp_path):
     (code0, out0), (code1, out1) = _two_ranks(tmp_path, HPC_LAUNCH_RANKS_PER_NODE="3", HPC_LAUNCH_PREFLIGHT="0")
     assert (code0, code1) == (0, 0), (out0, out1)
     assert "preflight" not in out0 and "rank 0 sum 3.0" in out0
+
+
+# A script that starts the shipped entrypoint's process group itself (as CI's container test does):
+# the world was proven once for this rank, and a second gate found rank 0 "started twice".
+ENTRY_SCRIPT = """\
+from train import dist
+info = dist.discover()
+dist.default_threads(info)
+dist.export_env(info)
+dist.init_distributed(info)
+import torch.distributed as d
+print("entrypoint group", d.get_rank(), d.get_world_size(), flush=True)
+"""
+
+
+def test_a_script_that_starts_the_entrypoints_group_passes_one_gate_not_two(tmp_path):
+    (code0, out0), (code1, out1) = _two_ranks(tmp_path, ENTRY_SCRIPT, HPC_LAUNCH_RANKS_PER_NODE="2")
+    assert (code0, code1) == (0, 0), (out0, out1)
+    assert out0.count("preflight ok") == 1 and "started twice" not in out0 + out1
+    assert "entrypoint group 0 2" in out0 and "entrypoint group 1 2" in out1

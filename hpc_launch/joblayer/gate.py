@@ -58,6 +58,9 @@ def run(info: RankInfo, env: Mapping[str, str] = os.environ) -> None:
         if info.rank == 0:
             _KEEP.append(store)
         _probe(preflight, tdist, store, info, backend, device, seconds)
+        # proven for this rank: a script that starts the entrypoint (or another gate) in this process
+        # would find rank 0 already registered in the shared store ("rank 0 was started twice")
+        os.environ[protocol.ENV_PREFLIGHT] = "0"
     except PreflightError as err:
         if info.rank == 0 or err.every_rank:  # as the entrypoint: one line, once per job
             print(f"error: {err.one_line()}", file=sys.stderr, flush=True)
