@@ -54,9 +54,10 @@ JOB_KEYS = (
 
 
 def alloc(**v: Any) -> None:
-    """Get an interactive allocation through the scheduler's own command (salloc, qsub -I, qrsh)
-    with submit's options and limits, and open a shell in it: `hpc-launch run` there starts the
-    training on its nodes with no new queue wait; leaving the shell ends the allocation."""
+    """Get an interactive allocation with submit's options and limits, and open a shell in it.
+
+    The scheduler's own command asks for it (salloc, qsub -I, qrsh): `hpc-launch run` there starts
+    the training on its nodes with no new queue wait; leaving the shell ends the allocation."""
     from ..jobs.alloc import alloc_argv, interactive_spec, open_allocation, terminal_argv, wrapper_text
     from ..prepare import prepare
     from ..project_config import spec_for
