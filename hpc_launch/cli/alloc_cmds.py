@@ -140,9 +140,11 @@ def run(
         False, "--all", "-a", help="every line, the frameworks' chatter too (the log file always has it)"
     ),
 ) -> None:
-    """Inside an allocation (`hpc-launch alloc`, or the scheduler's own): start the training on
-    its nodes with the site's launcher, now, with no new queue wait; follow it to its end. Each
-    run is recorded with its own log (`list`, `logs`, `doctor`)."""
+    """Inside an allocation, start the training on its nodes now, with no new queue wait.
+
+    The allocation is `hpc-launch alloc`'s or the scheduler's own; the site's launcher starts the
+    ranks and the run is followed to its end. Each run is recorded with its own log (`list`,
+    `logs`, `doctor`)."""
     from ..errors import SpecError
     from ..jobs.alloc import allocation_record, detect, follow_run, next_run_name, run_options, scheduler_env_hint
     from ..prepare import prepare
