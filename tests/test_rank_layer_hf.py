@@ -8,12 +8,9 @@ from __future__ import annotations
 import types
 
 import pytest
+from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 
-pytest.importorskip("transformers.trainer_callback")
-
-from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState  # noqa: E402
-
-from hpc_launch.joblayer import api, hf_trainer  # noqa: E402
+from hpc_launch.joblayer import api, hf_trainer
 
 
 class StandIn:
