@@ -91,11 +91,11 @@ def _ddp_model(name: str, channels_last: bool):
     import torch
 
     if name == "resnet50":
-        from train.models import build_model
+        from hpc_launch.train.models import build_model
 
         model = build_model("resnet50", 1000)
         return model.to(memory_format=torch.channels_last) if channels_last else model
-    from train.tv_compat import import_torchvision
+    from hpc_launch.train.tv_compat import import_torchvision
 
     import_torchvision()  # transformers imports torchvision; on a CPU-only machine it needs the fix
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -131,8 +131,8 @@ def ddp_worker(argv) -> None:
     import torch.nn.functional as F
 
     from hpc_launch.metrics_line import format_step_line
-    from train.data import train_loader
-    from train.metrics import StepMeter
+    from hpc_launch.train.data import train_loader
+    from hpc_launch.train.metrics import StepMeter
 
     local = int(os.environ["LOCAL_RANK"])
     cuda = torch.cuda.is_available()

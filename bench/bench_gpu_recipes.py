@@ -64,10 +64,10 @@ class Workload:
 
         torch.manual_seed(0)
         if self.name == "resnet50":
-            from train.models import build_model
+            from hpc_launch.train.models import build_model
 
             return build_model("resnet50", 1000)
-        from train.tv_compat import import_torchvision
+        from hpc_launch.train.tv_compat import import_torchvision
 
         import_torchvision()  # transformers imports torchvision; on a CPU-only machine it needs the fix
         from transformers import GPT2Config, GPT2LMHeadModel

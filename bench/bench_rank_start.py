@@ -5,7 +5,7 @@ four steps of smallcnn on synthetic data; CPU seconds (user + sys) and wall time
     python bench/bench_rank_start.py --pairs 9
 
 Interleaved pairs, the same command twice:
-  now       - as the entrypoint runs (train/ds_startup.py keeps DeepSpeed's Muon modules, and the
+  now       - as the entrypoint runs (hpc_launch/train/ds_startup.py keeps DeepSpeed's Muon modules, and the
               torch compiler their `@compiler.compile()` pulls in, unimported for another optimizer)
   baseline  - the same, with DeepSpeed's own Muon modules imported first, as deepspeed 0.19.8
               imports them (ds_startup leaves modules already imported alone)

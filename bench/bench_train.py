@@ -102,7 +102,7 @@ def entrypoint_cmd(args, zero: int, offload: str = "none", model: str | None = N
         "--master_port",
         str(free_port()),
         "--module",
-        "train",
+        "hpc_launch.train",
         *work,
         "--zero",
         str(zero),
@@ -146,9 +146,9 @@ def ddp_worker(argv) -> None:
     from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT  # the max norm the entrypoint clips to
 
     from hpc_launch.metrics_line import format_step_line
-    from train.data import build_data, micro_batches_per_epoch, train_loader
-    from train.metrics import StepMeter
-    from train.models import build_model
+    from hpc_launch.train.data import build_data, micro_batches_per_epoch, train_loader
+    from hpc_launch.train.metrics import StepMeter
+    from hpc_launch.train.models import build_model
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -156,8 +156,8 @@ def ddp_worker(argv) -> None:
     torch.manual_seed(a.seed)
     model = torch.nn.parallel.DistributedDataParallel(build_model(a.model, data.num_classes))
     # What a hand-written loop gets: torch's default AdamW, batches as loaded. With --ddp-same-choices
-    # the entrypoint's own choices on a CPU: torch's fused AdamW (train/ds_config.py) and channels_last
-    # image batches (train/models.py memory_format).
+    # the entrypoint's own choices on a CPU: torch's fused AdamW (hpc_launch/train/ds_config.py) and channels_last
+    # image batches (hpc_launch/train/models.py memory_format).
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=a.same or None)
     layout = torch.channels_last if a.same else torch.preserve_format
     per_epoch = micro_batches_per_epoch(len(data.train), a.micro_batch, world)
@@ -252,10 +252,10 @@ def phases_worker(blocks: int, ddp_same: bool) -> None:
     os.environ["HPC_LAUNCH_PREFLIGHT"] = "0"
     import deepspeed
 
-    from train import dist as train_dist
-    from train.data import build_data, train_loader
-    from train.ds_config import build_config, fused_adamw_available, own_clipping, resolve_batch
-    from train.models import build_model
+    from hpc_launch.train import dist as train_dist
+    from hpc_launch.train.data import build_data, train_loader
+    from hpc_launch.train.ds_config import build_config, fused_adamw_available, own_clipping, resolve_batch
+    from hpc_launch.train.models import build_model
 
     info = train_dist.discover()
     train_dist.default_threads(info)
@@ -267,7 +267,7 @@ def phases_worker(blocks: int, ddp_same: bool) -> None:
         zero=0,
         total_steps=10**4,
         on_cpu=True,
-        fused_adamw=fused_adamw_available("cpu"),  # as train/trainer.py asks
+        fused_adamw=fused_adamw_available("cpu"),  # as hpc_launch/train/trainer.py asks
     )
     ds_cfg, max_norm = own_clipping(cfg, GRADIENT_CLIPPING_DEFAULT)
     torch.manual_seed(0)

@@ -35,7 +35,7 @@ def once(steps: int, ranks: int, extra_env: dict) -> dict:
         "--master_port",
         str(free_port()),
         "--module",
-        "train",
+        "hpc_launch.train",
         "--model",
         "smallcnn",
         "--data",

@@ -32,7 +32,7 @@ def packages():
 
 
 def entrypoint_digest():
-    """sha256 of the shipped entrypoint's files (train/ and hpc_launch/train_entry.py) as this
+    """sha256 of the shipped entrypoint's files (hpc_launch/train/ and hpc_launch/train_entry.py) as this
     Python would import them, found without importing anything; None without hpc-launch."""
     from importlib.util import find_spec
 
@@ -44,7 +44,7 @@ def entrypoint_digest():
         return None
     package = os.path.dirname(spec.origin)
     files = [os.path.join(package, "train_entry.py")]
-    train = os.path.join(os.path.dirname(package), "train")
+    train = os.path.join(package, "train")
     for top, dirs, names in os.walk(train):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         files += [os.path.join(top, n) for n in sorted(names) if n.endswith(".py")]

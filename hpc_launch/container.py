@@ -19,7 +19,7 @@ from .profiles import Container, Profile
 
 WORKDIR = '"$WORKDIR"'  # the job script's work dir variable (templates/body/prologue.sh.j2)
 # Variables a rank needs that podman does not pass by itself (it starts from the image's
-# environment): the rendezvous, the job's protocol and every rank convention of train/dist.py.
+# environment): the rendezvous, the job's protocol and every rank convention of hpc_launch/train/dist.py.
 _PODMAN_PASS = (
     "MASTER_ADDR",
     "MASTER_PORT",

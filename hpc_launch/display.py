@@ -104,7 +104,7 @@ _JOB_START = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at (\S+?),", re.M)
 _FINISHED = re.compile(rf"^{re.escape(TRAINING_FINISHED)}steps=(\d+) wall_s=([\d.]+)(?: ended_at=([\d.]+))?", re.M)
 _JOB_T = re.compile(r"^\[hpc-launch\] job \S+ on \S+ at \S+, .*?, t=([\d.]+),", re.M)  # the prologue's EPOCHREALTIME
 _EVAL = re.compile(r"^\[hpc-eval\] top1=([\d.]+)(?:[^\n]*? time_s=([\d.]+))?", re.M)
-# a language model's held-out perplexity (train/lm.py perplexity_line)
+# a language model's held-out perplexity (hpc_launch/train/lm.py perplexity_line)
 _EVAL_LM = re.compile(r"^\[hpc-eval\] loss=\S+ perplexity=([-+\d.eEinfa]+)(?:[^\n]*? time_s=([\d.]+))?", re.M)
 
 

@@ -149,7 +149,7 @@ CAUSES: Tuple[Cause, ...] = (
         ),
         "the job's pre-flight gate stopped it before training[[ on {host}]]: {fact}",
         "[[{fix}; ]]nothing trained: fix that and submit again (the gate's checks: docs/preflight.md)",
-        "the shipped entrypoint's pre-flight gate (train/preflight.py, train/dist.py; exit 78)",
+        "the shipped entrypoint's pre-flight gate (hpc_launch/train/preflight.py, hpc_launch/train/dist.py; exit 78)",
         signal=lambda f: (
             "exit code 78: the pre-flight gate found the job is not what was asked" if f.exit_code == 78 else None
         ),
@@ -179,7 +179,7 @@ CAUSES: Tuple[Cause, ...] = (
         "out and DeepSpeed derives it; with the shipped entrypoint give two of --micro-batch, --grad-accum, "
         "--global-batch in --train-args",
         "DeepSpeed (deepspeed/runtime/config.py, DeepSpeedConfig._batch_assertion); "
-        "the shipped entrypoint (train/ds_config.py)",
+        "the shipped entrypoint (hpc_launch/train/ds_config.py)",
     ),
     Cause(
         "hostfile",
@@ -394,7 +394,7 @@ CAUSES: Tuple[Cause, ...] = (
         "read rank {rank}'s stack (or the others': where they wait) in the log; if {host} "
         "froze, submit again: hpc-launch keeps later jobs off it for a day (`hpc-launch "
         "hosts`); a training that legitimately pauses longer sets HPC_LAUNCH_HANG_S",
-        "the shipped entrypoint's watchdog (train/watchdog.py; exit 124)",
+        "the shipped entrypoint's watchdog (hpc_launch/train/watchdog.py; exit 124)",
         signal=lambda f: "exit code 124: the watchdog ended a hung job" if f.exit_code == 124 else None,
         signal_weak=True,
     ),
@@ -422,7 +422,7 @@ CAUSES: Tuple[Cause, ...] = (
         "of {total}]], after writing a complete checkpoint: nothing failed",
         "nothing to fix: submit the same job again, or use --chain N, and it resumes from that checkpoint; ask for "
         "more --walltime to need fewer links",
-        "the shipped entrypoint (train/trainer.py, exit 75 = stopped for time, resumable)",
+        "the shipped entrypoint (hpc_launch/train/trainer.py, exit 75 = stopped for time, resumable)",
         signal=lambda f: (
             "exit code 75: stopped for time at a complete checkpoint, resumable" if f.exit_code == 75 else None
         ),

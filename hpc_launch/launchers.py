@@ -18,7 +18,7 @@ class Launcher(msgspec.Struct, frozen=True):
     summary: str
     ranks: Tuple[str, ...]  # the rank variables the ranks may find: names in joblayer/ranks.py CONVENTIONS
     forwards: str  # how exported variables reach ranks on other nodes
-    # The `deepspeed` CLI starts the ranks: the entry is `--module train`, not `-m train`.
+    # The `deepspeed` CLI starts the ranks: it runs a module by `--module NAME`, not python's `-m NAME`.
     deepspeed_cli: bool = False
     # Remote ranks get the environment from a line-based .deepspeed_env (KEY=VALUE per line).
     env_file: bool = False

@@ -1,6 +1,6 @@
 """The one place that defines the training log line format.
 
-`train/` writes these lines (format_step_line) and `hpc-launch logs --summary` reads them
+`hpc_launch/train/` writes these lines (format_step_line) and `hpc-launch logs --summary` reads them
 (parse_line). A user's own script gets a summary as well: DeepSpeed's own timer lines
 (RunningAvgSamplesPerSec=..., MemAllocated=..GB) and the Hugging Face Trainer's log dicts
 (`{'loss': ..., 'train_samples_per_second': ...}`) are understood too.
@@ -27,8 +27,8 @@ FIELDS = (
     "mem_alloc_gb",
     "mem_peak_gb",
     "world_size",
-    # language models (train/lm.py): tokens/s and model FLOPs utilisation (a fraction of the
-    # device's peak; `mfu=unknown` where train/peak_flops.py has no peak for the device)
+    # language models (hpc_launch/train/lm.py): tokens/s and model FLOPs utilisation (a fraction of the
+    # device's peak; `mfu=unknown` where hpc_launch/train/peak_flops.py has no peak for the device)
     "tokens_per_sec",
     "avg_tokens_per_sec",
     "mfu",

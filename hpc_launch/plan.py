@@ -10,7 +10,7 @@ for `sweep`): the entrypoint's own argument parser and batch arithmetic, DeepSpe
 validator and the same estimators. The launcher's render/submit path never imports it.
 
 Model states (fp16/bf16 params and grads, fp32 master params, grads and Adam moments); for a
-language model (train/lm.py) also its activations at `--seq-len` and `--micro-batch`
+language model (hpc_launch/train/lm.py) also its activations at `--seq-len` and `--micro-batch`
 (`activation_bytes`). The data pipeline and communication buffers come on top, so a row "fits"
 when what it counts leaves HEADROOM of the GPU's memory free.
 """
@@ -61,7 +61,7 @@ class PlanResult:
 
 
 def is_language_model(model: str) -> bool:
-    from train.lm_sizes import is_lm_size
+    from hpc_launch.train.lm_sizes import is_lm_size
 
     return is_lm_size(model) or os.path.isfile(os.path.join(model, "config.json"))
 
@@ -89,11 +89,11 @@ def activation_bytes(shape: Any, seq_len: int, micro_batch: int, precision: str,
 def count_params(model: str, num_classes: int = 1000) -> Tuple[int, int]:
     """(total params, params of the largest single module), from a meta-device build."""
     if is_language_model(model):
-        from train.lm import meta_model
+        from hpc_launch.train.lm import meta_model
 
         net = meta_model(model, 1)[0]
     else:
-        from train.models import build_model
+        from hpc_launch.train.models import build_model
 
         net = build_model(model, num_classes, device="meta")
     # Deduplicate shared parameters by identity: on the meta device every data_ptr() is 0, so
@@ -163,9 +163,9 @@ def plan_memory(
     result = PlanResult(model, total, largest, nodes, gpus_per_node, gpu_mem_gib, cpu_mem_gib)
     acts = 0.0
     if is_language_model(model):
-        from train.ds_config import DEFAULT_MICRO_BATCH
-        from train.lm import meta_model
-        from train.lm_sizes import DEFAULT_SEQ_LEN
+        from hpc_launch.train.ds_config import DEFAULT_MICRO_BATCH
+        from hpc_launch.train.lm import meta_model
+        from hpc_launch.train.lm_sizes import DEFAULT_SEQ_LEN
 
         result.seq_len, result.micro_batch = seq_len or DEFAULT_SEQ_LEN, micro_batch or DEFAULT_MICRO_BATCH
         result.precision = precision
@@ -230,7 +230,7 @@ FLAGS = {"zero": "--zero", "offload": "--offload", "precision": "--precision", "
 
 def entry_choices() -> Dict[str, Tuple[Any, ...]]:
     """The values the shipped entrypoint accepts for each axis but nodes and micro-batch."""
-    from train.ds_config import OFFLOADS, PRECISIONS, ZERO_STAGES
+    from hpc_launch.train.ds_config import OFFLOADS, PRECISIONS, ZERO_STAGES
 
     return {"zero": ZERO_STAGES, "offload": OFFLOADS, "precision": PRECISIONS}
 
@@ -240,7 +240,7 @@ _OFFLOAD_WORDS = {"optimizer": "optimizer offload", "optimizer+params": "paramet
 
 def undefined(point: Dict[str, Any]) -> Optional[str]:
     """Why a combination is not a configuration at all (the presets cannot express it), or None."""
-    from train.ds_config import OFFLOAD_STAGES, stages_text
+    from hpc_launch.train.ds_config import OFFLOAD_STAGES, stages_text
 
     offload, zero = point.get("offload", "none"), point.get("zero")
     stages = OFFLOAD_STAGES[offload]
@@ -256,7 +256,7 @@ def label(point: Dict[str, Any]) -> str:
 
 def _entry_args(point: Any) -> Any:
     """The entrypoint's own reading of the point's arguments (its defaults filled in)."""
-    from train.__main__ import parse_args
+    from hpc_launch.train.__main__ import parse_args
 
     err = io.StringIO()
     try:
@@ -273,9 +273,9 @@ def _entry_args(point: Any) -> Any:
 def check_points(points: Sequence[Any]) -> None:
     """Refuse the first impossible point, with one line; nothing is submitted. Cheap checks first
     for every point, then DeepSpeed's validator and the memory estimators."""
-    from train.data import train_samples
-    from train.ds_config import build_config, resolve_batch
-    from train.errors import TrainError
+    from hpc_launch.train.data import train_samples
+    from hpc_launch.train.ds_config import build_config, resolve_batch
+    from hpc_launch.train.errors import TrainError
 
     configs = []
     for p in points:
@@ -303,7 +303,7 @@ def check_points(points: Sequence[Any]) -> None:
                 hint="lower --micro-batch, --grad-accum or the node count",
             )
         configs.append((p, cfg, world))
-    from train.ds_config import validate
+    from hpc_launch.train.ds_config import validate
 
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's logger writes to the stdout it finds
         for p, cfg, world in configs:

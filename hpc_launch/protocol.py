@@ -86,7 +86,7 @@ def parse_exit_time(text: str) -> float | None:
         return None
 
 
-# The trainer's line once its last step is done (train/trainer.py); the follower then watches for the
+# The trainer's line once its last step is done (hpc_launch/train/trainer.py); the follower then watches for the
 # job's end closely (logs.follow): what is left is the eval, the ranks and the launcher exiting.
 TRAINING_FINISHED = "training finished: "
 
@@ -144,7 +144,7 @@ CANCEL_POLL = Backoff(0.5, 2.0, 4.0)
 
 
 # ---- a node's network interface ---------------------------------------------------------------
-# The pre-flight gate's rule (train/preflight.interface_problem): the interface is administratively
+# The pre-flight gate's rule (hpc_launch/train/preflight.interface_problem): the interface is administratively
 # up (IFF_UP) and holds an IPv4 address. A link taken down keeps its address, so the address alone
 # passes a node the gate then fails. The spares check runs it on each node as one shell command.
 
@@ -161,7 +161,7 @@ def interface_ok_shell(name: str) -> str:
 # ---- bad hosts ---------------------------------------------------------------------------------
 # A job that finds a host bad (its pre-flight check, the watchdog, the spares check) prints this
 # line; the launcher reads it from the log when the job ends and later jobs avoid the host.
-# What the job asked for, exported by the job script for the ranks' pre-flight gate (train/preflight.py):
+# What the job asked for, exported by the job script for the ranks' pre-flight gate (hpc_launch/train/preflight.py):
 # a launcher that sets no world size (PMIx, PALS) gets it from here, and one that sets a different
 # one is refused.
 ENV_WORLD_SIZE = "HPC_LAUNCH_WORLD_SIZE"
@@ -172,7 +172,7 @@ ENV_PREFLIGHT_TIMEOUT = "HPC_LAUNCH_PREFLIGHT_TIMEOUT"  # seconds for every rank
 PREFLIGHT_TIMEOUT_S = 300.0  # ranks of a big job can take minutes to import torch on a shared filesystem
 PREFLIGHT_OK = "[hpc-launch] preflight ok: "
 PREFLIGHT_FAILED = "[hpc-launch] preflight failed: "
-HANG_PREFIX = "[hpc-launch] hang: "  # train/watchdog.py: which rank on which host stopped first
+HANG_PREFIX = "[hpc-launch] hang: "  # hpc_launch/train/watchdog.py: which rank on which host stopped first
 STRAGGLER_PREFIX = "[hpc-launch] straggler: "  # ... and which rank is persistently slower than the others
 
 # The job's own verdict: a rank that ends the job for a reason of its own (the gate, the watchdog)

@@ -45,7 +45,7 @@ class JobSpec(msgspec.Struct):
     name: str = "train"
     modules: Optional[List[str]] = None  # replaces the profile's list when given
     env: Dict[str, str] = field(default_factory=dict)
-    script: Optional[str] = None  # a user script instead of `-m train`
+    script: Optional[str] = None  # a user script instead of `-m hpc_launch.train`
     train_args: Optional[List[str]] = None  # replaces the profile's defaults when given
     directives: List[str] = field(default_factory=list)  # extra/overriding scheduler directives
     workdir: Optional[str] = None
@@ -523,7 +523,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
             )
         hosts = hosts[: spec.nodes]
 
-    # The profile's train_args belong to `python -m train`: a --script of the user's gets none.
+    # The profile's train_args belong to `python -m hpc_launch.train`: a --script of the user's gets none.
     default_args = [] if spec.script else p.train_args
     train_args = list(default_args if spec.train_args is None else spec.train_args)
     for arg in train_args:

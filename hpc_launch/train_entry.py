@@ -1,7 +1,7 @@
 """Run the shipped training entrypoint by file path: `python -u .../hpc_launch/train_entry.py ARGS`.
 
-`python -m train` puts the work directory first on sys.path, and DeepSpeed's multi-node
-launchers put it on PYTHONPATH, so a `train/` or `train.py` of the user's there would run
+`python -m hpc_launch.train` puts the work directory first on sys.path, and DeepSpeed's multi-node
+launchers put it on PYTHONPATH, so a `hpc_launch/train/` or `train.py` of the user's there would run
 instead of ours. Run by path, this file's own directory heads sys.path; it is swapped for the
 directory that holds the shipped `train` package, which then wins over anything on PYTHONPATH.
 """
@@ -11,7 +11,7 @@ import sys
 
 if __name__ == "__main__":
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from train.__main__ import entry
+    from hpc_launch.train.__main__ import entry
 
     sys.argv[0] = "hpc-train"
     entry()

@@ -19,6 +19,6 @@ fi
 .venv/bin/python - <<'PY'
 import importlib
 for mod in ("hpc_launch", "torch", "deepspeed", "torchvision"):
-    importlib.import_module(mod) if mod != "torchvision" else importlib.import_module("train.tv_compat")
+    importlib.import_module(mod) if mod != "torchvision" else importlib.import_module("hpc_launch.train.tv_compat")
 print("set-up ok: .venv ready")
 PY

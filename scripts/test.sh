@@ -25,9 +25,9 @@ testbed/install.sh
 step "python environment"
 scripts/setup-dev.sh test
 step "lint: ruff and mypy"
-.venv/bin/ruff check hpc_launch train tests bench
-.venv/bin/ruff format --check hpc_launch train tests bench scripts
-.venv/bin/mypy hpc_launch train
+.venv/bin/ruff check hpc_launch tests bench
+.venv/bin/ruff format --check hpc_launch tests bench scripts
+.venv/bin/mypy hpc_launch
 step "testbed up"
 testbed/up.sh
 # shellcheck source=testbed/env.sh

@@ -275,9 +275,9 @@ def test_a_spare_replaces_a_node_whose_interface_is_down_though_it_keeps_its_add
 
 
 def test_the_spares_check_holds_nodes_to_the_gates_interface_rule(tmp_path):
-    """One rule: the shell check agrees with train/preflight.interface_problem where both can run
+    """One rule: the shell check agrees with hpc_launch/train/preflight.interface_problem where both can run
     (lo is up and addressed; a missing interface fails both)."""
-    from train.preflight import interface_problem
+    from hpc_launch.train.preflight import interface_problem
 
     for name, ok in (("lo", True), ("hpcl-missing0", False)):
         r = subprocess.run(["bash", "-c", protocol.interface_ok_shell(name)], capture_output=True)
@@ -365,7 +365,7 @@ def test_a_waiting_link_keeps_the_hosts_it_was_submitted_to_avoid(store, tmp_pat
     store.add(first)
     store.add(later)
     fake = FakeTransport()
-    fake.files[first.bad_hosts_path] = b"n2\twatchdog: rank 1 hung\n"  # as train/watchdog.py writes it
+    fake.files[first.bad_hosts_path] = b"n2\twatchdog: rank 1 hung\n"  # as hpc_launch/train/watchdog.py writes it
     store_outcome(store, first, Outcome(JobState.FAILED, 124), fake)
     assert ["scontrol", "update", "JobId=10", "ExcNodeList=n2,n5"] in fake.ran  # not n2 alone: --exclude n5 stays
     assert store.get("10", "slurm").extra["excluded"] == ["n2", "n5"]

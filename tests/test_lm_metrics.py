@@ -9,7 +9,7 @@ from hpc_launch.display import format_summary, summarise
 from hpc_launch.metrics_line import format_step_line, parse_line
 from hpc_launch.report import tables
 from hpc_launch.report.rows import row_for
-from train.peak_flops import peak_for, peak_tflops
+from hpc_launch.train.peak_flops import peak_for, peak_tflops
 
 LM_LOG = "".join(
     line + "\n"

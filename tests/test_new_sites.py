@@ -417,7 +417,8 @@ def test_frontier_threads_cpus_and_masks_agree_whatever_the_gcds(gpus, tmp_path)
     exports = "\n".join(line for line in text.splitlines() if line.startswith("export OMP_NUM_THREADS="))
     body = exports + "\n" + _SRUN_CPUS.search(text).group(0) + 'echo "$OMP_NUM_THREADS"\n'
     threads = int(_bash_out(tmp_path, body, {"SLURM_CPUS_PER_TASK": str(cpus_per_task)}))
-    assert cores == [7] * gpus and threads == 7  # train/preflight.py stops a rank with more threads than CPUs
+    # hpc_launch/train/preflight.py stops a rank with more threads than CPUs
+    assert cores == [7] * gpus and threads == 7
 
 
 def test_frontier_makes_the_miopen_cache_on_every_node_before_the_ranks_start():

@@ -52,7 +52,7 @@ def test_a_value_or_point_given_twice_is_refused_naming_it():
 def test_a_point_whose_batch_is_more_than_the_data_set_refuses_the_sweep(tmp_path, hpc_launch_bin):
     """digits trains on 1,437 samples: 2 ranks x 1000 per micro-batch cannot make one step (the
     job would refuse at start, after its queue wait)."""
-    from train.data import train_samples
+    from hpc_launch.train.data import train_samples
 
     assert train_samples("digits", 0) == 1437 and train_samples("synthetic", 512) == 512
     assert train_samples(str(tmp_path), 0) is None  # an image folder: only reading it tells

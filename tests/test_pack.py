@@ -20,7 +20,7 @@ from hpc_launch.spec import JobSpec
 
 pytestmark = pytest.mark.sweep
 
-# the entrypoint's lines (train/trainer.py) as the report reads them, from the point's arguments
+# the entrypoint's lines (hpc_launch/train/trainer.py) as the report reads them, from the point's arguments
 FAKE_LAUNCH = r"""bash -c '
 zero=? micro=?
 while [ $# -gt 0 ]; do case $1 in --zero) zero=$2; shift ;; --micro-batch) micro=$2; shift ;; esac; shift; done

@@ -53,9 +53,14 @@ def test_wheel_carries_profiles_and_templates_and_finds_them_outside_the_repo(tm
         "hpc_launch/clusters/local.yaml",
         "hpc_launch/templates/script.sh.j2",
         "hpc_launch/templates/body/launch/mpirun.sh.j2",
-        "train/__main__.py",
+        "hpc_launch/train/__main__.py",
+        "hpc_launch/train_entry.py",
     ):
         assert needed in names, needed
+    # `pip install hpc-launch` claims no common name (a user's own `train` package, say) in
+    # site-packages: every importable top-level name is the project's own.
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top_level == {"hpc_launch"}, top_level
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = (

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.train
 
 
 def test_meta_count_matches_a_real_build():
-    from train.models import build_model
+    from hpc_launch.train.models import build_model
 
     real = build_model("resnet18", 1000)
     assert count_params("resnet18") == (

@@ -1,5 +1,5 @@
-"""The pre-flight gate's rules (train/dist.py discovery, train/preflight.py checks) without a launch:
-the worlds a wrong profile produces are refused with the host, the fact and the fix."""
+"""The pre-flight gate's rules (hpc_launch/train/dist.py discovery, hpc_launch/train/preflight.py checks) without a
+launch: the worlds a wrong profile produces are refused with the host, the fact and the fix."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from hpc_launch import launchers, protocol
-from train import dist, preflight
-from train.dist import PreflightError
+from hpc_launch.train import dist, preflight
+from hpc_launch.train.dist import PreflightError
 
 
 def _facts(rank, host, local_rank, *, threads=1, cpus=None, local_size=None, device=None, if_problem=None):
@@ -199,7 +199,7 @@ def test_a_timeout_of_seconds_is_taken_and_none_is_the_default():
 
 
 def test_the_gate_refuses_a_nan_timeout_before_it_waits_for_anyone():
-    from train.rank_info import RankInfo
+    from hpc_launch.train.rank_info import RankInfo
 
     env = {protocol.ENV_PREFLIGHT_TIMEOUT: "nan", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     with pytest.raises(PreflightError, match="HPC_LAUNCH_PREFLIGHT_TIMEOUT"):

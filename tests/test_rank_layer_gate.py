@@ -83,7 +83,7 @@ def test_with_the_gate_off_the_same_world_runs_the_users_code(tmp_path):
 # A script that starts the shipped entrypoint's process group itself (as CI's container test does):
 # the world was proven once for this rank, and a second gate found rank 0 "started twice".
 ENTRY_SCRIPT = """\
-from train import dist
+from hpc_launch.train import dist
 info = dist.discover()
 dist.default_threads(info)
 dist.export_env(info)

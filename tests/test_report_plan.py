@@ -38,7 +38,7 @@ TIERED = "name: tiered\nextends: polaris\n"
 
 
 def steps_per_epoch(nodes: int) -> int:
-    """What train/data.micro_batches_per_epoch gives at this world size (accum 1)."""
+    """What hpc_launch/train/data.micro_batches_per_epoch gives at this world size (accum 1)."""
     return SET_SIZE // (nodes * RANKS_PER_NODE) // MICRO
 
 

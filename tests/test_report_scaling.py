@@ -21,7 +21,7 @@ MICRO, RANKS_PER_NODE = 8, 4
 
 
 def job_log(job_id: str, nodes: int, avg_sps: float, *, failed: bool = False) -> str:
-    """The prologue's first line, the entrypoint's training line and its step lines (train/trainer.py)."""
+    """The prologue's first line, the entrypoint's training line and its step lines (hpc_launch/train/trainer.py)."""
     world = nodes * RANKS_PER_NODE
     text = (
         f"[hpc-launch] job {job_id} on pod1 at 2026-11-23T09:33:08+0000, {nodes} node(s) x {RANKS_PER_NODE} "

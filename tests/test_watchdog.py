@@ -1,9 +1,9 @@
-"""The watchdog's rules on what the ranks publish (train/watchdog.py), without a job: which rank
+"""The watchdog's rules on what the ranks publish (hpc_launch/train/watchdog.py), without a job: which rank
 stopped first, when a job counts as hung, who is a straggler."""
 
 from __future__ import annotations
 
-from train.watchdog import WARMUP_STEPS, Limits, Progress, hang_bound, smoothed_work, stalled, stragglers
+from hpc_launch.train.watchdog import WARMUP_STEPS, Limits, Progress, hang_bound, smoothed_work, stalled, stragglers
 
 NOW = 10_000.0
 

@@ -113,7 +113,7 @@ app.command(name="alloc")(alloc)
 @app.command(name="run")
 def run(
     script: Optional[str] = typer.Option(
-        None, "--script", metavar="FILE", help="your own training script instead of `python -m train`"
+        None, "--script", metavar="FILE", help="your own training script instead of `python -m hpc_launch.train`"
     ),
     train_args: Optional[str] = typer.Option(
         None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint, as one shell-quoted string"

@@ -72,7 +72,7 @@ def submit(
         "the job posts its start and end there; the URL travels as a --pass-env secret",
     ),
     script: Optional[str] = typer.Option(
-        None, "--script", metavar="FILE", help="your own training script instead of `python -m train`"
+        None, "--script", metavar="FILE", help="your own training script instead of `python -m hpc_launch.train`"
     ),
     train_args: Optional[str] = typer.Option(
         None, "--train-args", metavar="'ARGS'", help="arguments for the training entrypoint, as one shell-quoted string"

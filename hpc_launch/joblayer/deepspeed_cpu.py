@@ -1,7 +1,7 @@
 """DeepSpeed's start without a compiler where the run needs none, and a word before any JIT build.
 
 Applied by the job layer to a user's DeepSpeed as it is imported (after_import.py) and by the
-shipped entrypoint (train/ds_startup.py) alike: the one home of both.
+shipped entrypoint (hpc_launch/train/ds_startup.py) alike: the one home of both.
 """
 
 from __future__ import annotations

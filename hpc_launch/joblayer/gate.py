@@ -1,4 +1,4 @@
-"""The pre-flight gate before a user's script (train/preflight.py: the entrypoint's checks, wording
+"""The pre-flight gate before a user's script (hpc_launch/train/preflight.py: the entrypoint's checks, wording
 and exit code 78), run by the layer on every rank of a job with more than one rank, unless
 $HPC_LAUNCH_PREFLIGHT is "0" (`submit --no-preflight`).
 
@@ -40,8 +40,8 @@ def torch_device(local_rank: int) -> Optional[str]:
 def run(info: RankInfo, env: Mapping[str, str] = os.environ) -> None:
     """The gate and the probe, or SystemExit(78) with the entrypoint's lines."""
     try:
-        from train import preflight
-        from train.errors import PreflightError
+        from hpc_launch.train import preflight
+        from hpc_launch.train.errors import PreflightError
     except ImportError as exc:  # an installation without the entrypoint's package
         print(f"[hpc-launch] note: no pre-flight gate ({exc})", file=sys.stderr, flush=True)
         return

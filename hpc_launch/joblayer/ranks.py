@@ -7,7 +7,7 @@ Where a launcher sets no world size (PMIx and PALS under a plain mpiexec), the j
 $HPC_LAUNCH_WORLD_SIZE gives it; a process that cannot learn the world size never guesses 1
 when the job asked for more.
 
-The one home of these names: the shipped entrypoint (train/dist.py) and the job layer
+The one home of these names: the shipped entrypoint (hpc_launch/train/dist.py) and the job layer
 (hpc_launch/joblayer/__main__.py, every rank of a `--script` job) both read them here.
 """
 
@@ -32,7 +32,7 @@ class RankError(Exception):
 
 
 class RankInfo(NamedTuple):
-    """Who this rank is, as its launcher said: what the start-up check (train/preflight.py) and
+    """Who this rank is, as its launcher said: what the start-up check (hpc_launch/train/preflight.py) and
     the watchdog read."""
 
     rank: int

@@ -149,7 +149,7 @@ def _code(found: Capsule, record: JobRecord, transport: Any, scratch: str) -> Tu
             raise SpecError(
                 f"job {record.job_id}'s capsule records no code the rerun can take", hint="give it with --script FILE"
             )
-        return None, "code: the shipped entrypoint (python -m train)"
+        return None, "code: the shipped entrypoint (python -m hpc_launch.train)"
     words = f"code: the capsule's copy of {files[0][0]}" + (
         f" and {len(files) - 1} file(s) beside it" if len(files) > 1 else ""
     )

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 from ..metrics_line import parse_line
 
-# the entrypoint's line when training starts (train/trainer.py)
+# the entrypoint's line when training starts (hpc_launch/train/trainer.py)
 _TRAINING = re.compile(
     r"^training \S+ on \S+: world=(\d+) .*?zero=(\d+)(?: offload=(\S+))? precision=(\S+) micro=(\d+)", re.M
 )
@@ -63,7 +63,7 @@ class Row:
     steps_per_epoch: Optional[int] = None  # the training line's steps/epoch=
     startup_s: Optional[float] = None  # job start to the first step: the prologue's time stamp to training
     cluster: str = ""
-    # language models (train/lm.py): the running mean of tokens/s, MFU (nan: the device's peak is
+    # language models (hpc_launch/train/lm.py): the running mean of tokens/s, MFU (nan: the device's peak is
     # unknown), the held-out perplexity
     tokens_per_sec: Optional[float] = None
     mfu: Optional[float] = None

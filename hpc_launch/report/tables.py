@@ -75,9 +75,9 @@ def markdown(rows: Sequence[Row], title: str) -> str:
         "`mem_peak_gb` of rank 0 (device memory on GPUs, the process's peak RSS on CPU); time per step: training "
         "wall time / steps (`training finished`). A job that did not end done carries doctor's cause."
         + (
-            " tokens/s: samples/s x --seq-len; MFU: model FLOPs/s per device (6N + 12LdT per token, train/lm.py) "
-            "over the device's dense peak (train/peak_flops.py), unknown where the table has no peak; perplexity: "
-            "exp of the held-out mean token loss."
+            " tokens/s: samples/s x --seq-len; MFU: model FLOPs/s per device (6N + 12LdT per token, "
+            "hpc_launch/train/lm.py) over the device's dense peak (hpc_launch/train/peak_flops.py), "
+            "unknown where the table has no peak; perplexity: exp of the held-out mean token loss."
             if tokens
             else ""
         ),

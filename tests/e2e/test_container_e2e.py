@@ -29,7 +29,7 @@ MARKER_SCRIPT = """\
 import os
 import sys
 
-from train.__main__ import entry
+from hpc_launch.train.__main__ import entry
 
 names = ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "RANK")
 rank = next((os.environ[k] for k in names if k in os.environ), "?")

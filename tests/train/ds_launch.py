@@ -66,11 +66,12 @@ def parse_run(rc: int, out: str, cmd=()) -> Run:
 
 
 def deepspeed_cmd(args, nprocs=2):
-    return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", str(free_port()), "--module", "train", *args]
+    port = str(free_port())
+    return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", port, "--module", "hpc_launch.train", *args]
 
 
 def launch(args, cwd, nprocs=2, timeout=300, extra_env=None) -> Run:
-    """`deepspeed --num_gpus N --module train ARGS`, as the `local` cluster runs it."""
+    """`deepspeed --num_gpus N --module hpc_launch.train ARGS`, as the `local` cluster runs it."""
     cmd = deepspeed_cmd(args, nprocs)
     proc = subprocess.run(
         cmd,

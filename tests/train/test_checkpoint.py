@@ -5,8 +5,8 @@ import json
 import pytest
 
 
-from train import checkpoint
-from train.errors import TrainError
+from hpc_launch.train import checkpoint
+from hpc_launch.train.errors import TrainError
 
 pytestmark = pytest.mark.train
 

@@ -9,8 +9,8 @@ import pytest
 
 from ds_launch import SMALL, launch
 
-from train import cifar
-from train.errors import TrainError
+from hpc_launch.train import cifar
+from hpc_launch.train.errors import TrainError
 
 pytestmark = pytest.mark.train
 

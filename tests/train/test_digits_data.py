@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from ds_launch import run_python
-from train.data import digits_file, stratified_split
+from hpc_launch.train.data import digits_file, stratified_split
 
 
 @pytest.mark.train
 def test_a_rank_loads_the_digits_without_importing_scikit_learn(tmp_path):
     code = (
         "import sys\n"
-        "from train.data import build_data\n"
+        "from hpc_launch.train.data import build_data\n"
         "d = build_data('digits')\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy'))\n"
         "print(len(d.train), len(d.val), d.num_classes, heavy[:3])\n"

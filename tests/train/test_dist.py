@@ -3,8 +3,8 @@
 import pytest
 
 
-from train import dist
-from train.errors import TrainError
+from hpc_launch.train import dist
+from hpc_launch.train.errors import TrainError
 
 pytestmark = pytest.mark.train
 

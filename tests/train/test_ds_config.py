@@ -7,8 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-from train.ds_config import bf16_as_autocast, build_config, merge_user_config, own_clipping, resolve_batch, validate
-from train.errors import TrainError
+from hpc_launch.train.ds_config import (
+    bf16_as_autocast,
+    build_config,
+    merge_user_config,
+    own_clipping,
+    resolve_batch,
+    validate,
+)
+from hpc_launch.train.errors import TrainError
 
 pytestmark = pytest.mark.train
 

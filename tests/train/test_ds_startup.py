@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from train import ds_startup
+from hpc_launch.train import ds_startup
 
 
 @pytest.fixture

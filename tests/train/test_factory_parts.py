@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from train import factory
-from train.errors import TrainError
+from hpc_launch.train import factory
+from hpc_launch.train.errors import TrainError
 
 pytestmark = pytest.mark.train
 

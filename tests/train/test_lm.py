@@ -1,6 +1,6 @@
 """Language models through the real deepspeed launcher (2 CPU ranks): a GPT on synthetic tokens
 and a T5 on a JSONL file read as bytes. Loss falls, held-out perplexity printed, and the summary
-says tokens/s and MFU unknown (a CPU has no peak in train/peak_flops.py)."""
+says tokens/s and MFU unknown (a CPU has no peak in hpc_launch/train/peak_flops.py)."""
 
 import json
 import math

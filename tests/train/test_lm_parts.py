@@ -8,9 +8,9 @@ import pytest
 
 from ds_launch import run_python
 
-from train import lm, lm_data
-from train.errors import TrainError
-from train.lm_sizes import GPT_SIZES, T5_SIZES
+from hpc_launch.train import lm, lm_data
+from hpc_launch.train.errors import TrainError
+from hpc_launch.train.lm_sizes import GPT_SIZES, T5_SIZES
 
 pytestmark = pytest.mark.train
 
@@ -40,7 +40,7 @@ def _save_tokenizer(directory):
 def test_a_local_model_directory_is_read_with_its_weights_and_tokenizer(tmp_path):
     import torch
 
-    transformers = lm.import_transformers()  # torchvision first (train/tv_compat.py)
+    transformers = lm.import_transformers()  # torchvision first (hpc_launch/train/tv_compat.py)
 
     model_dir = tmp_path / "my-gpt"
     n_vocab = _save_tokenizer(model_dir)
@@ -94,7 +94,7 @@ def test_synthetic_tokens_follow_their_successor_table_and_t5_gets_masked_spans(
 def test_flops_per_token_of_gpt2_small_is_six_n_plus_the_attention_term():
     import torch
 
-    transformers = lm.import_transformers()  # torchvision first (train/tv_compat.py)
+    transformers = lm.import_transformers()  # torchvision first (hpc_launch/train/tv_compat.py)
 
     with torch.device("meta"):
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**GPT_SIZES["gpt-125m"]))
@@ -105,7 +105,7 @@ def test_flops_per_token_of_gpt2_small_is_six_n_plus_the_attention_term():
 
 
 def test_a_vision_model_on_token_data_is_one_line_naming_the_language_models(tmp_path):
-    proc = run_python(["-m", "train", "--model", "resnet18", "--data", "synthetic-tokens"], cwd=tmp_path)
+    proc = run_python(["-m", "hpc_launch.train", "--model", "resnet18", "--data", "synthetic-tokens"], cwd=tmp_path)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "gpt-tiny" in lines[0] and "not a language model" in lines[0], proc.stderr[-2000:]
@@ -114,7 +114,7 @@ def test_a_vision_model_on_token_data_is_one_line_naming_the_language_models(tmp
 
 
 def test_the_standalone_eval_says_a_language_models_perplexity_comes_with_its_training(tmp_path, capsys):
-    from train import evaluate
+    from hpc_launch.train import evaluate
 
     tag = tmp_path / "global_step4"
     tag.mkdir()

@@ -10,7 +10,7 @@ import pytest
 
 from ds_launch import launch, launch_and_kill
 from monitor_files import tensorboard_scalars, wandb_run
-from train.monitor import RUN_ID_FILE
+from hpc_launch.train.monitor import RUN_ID_FILE
 
 pytestmark = pytest.mark.train
 

@@ -1,15 +1,15 @@
 """The monitor choices without a training: `--monitor` lists, when W&B runs offline, the run id kept
-beside the checkpoints, and the one-line refusals (train/monitor.py)."""
+beside the checkpoints, and the one-line refusals (hpc_launch/train/monitor.py)."""
 
 import socket
 
 import pytest
 
 from ds_launch import SMALL, run_python
-from train.__main__ import parse_args
-from train.ds_config import build_config, resolve_batch
-from train.errors import TrainError
-from train.monitor import RUN_ID_FILE, check, parse_monitors, run_id, server_reachable, wandb_mode
+from hpc_launch.train.__main__ import parse_args
+from hpc_launch.train.ds_config import build_config, resolve_batch
+from hpc_launch.train.errors import TrainError
+from hpc_launch.train.monitor import RUN_ID_FILE, check, parse_monitors, run_id, server_reachable, wandb_mode
 
 pytestmark = pytest.mark.train
 
@@ -30,7 +30,7 @@ def test_monitors_are_one_or_several_names():
 
 
 def test_only_csv_stays_in_deepspeeds_config():
-    # TensorBoard and W&B are opened after the resume (train/monitor.py), not by DeepSpeed's engine
+    # TensorBoard and W&B are opened after the resume (hpc_launch/train/monitor.py), not by DeepSpeed's engine
     cfg = build_config(batch=resolve_batch(1, 8, 1), monitor=("csv", "tensorboard", "wandb"), monitor_dir="m")
     assert cfg["csv_monitor"] == {"enabled": True, "output_path": "m", "job_name": "hpc-train"}
     assert "tensorboard" not in cfg and "wandb" not in cfg
@@ -85,7 +85,7 @@ def test_online_on_request_needs_the_key_from_the_environment(tmp_path, monkeypa
     # through the entrypoint: one line, exit 2, before any process group starts
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "online")
-    proc = run_python(["-m", "train", *SMALL, "--steps", "2", "--monitor", "wandb"], cwd=tmp_path)
+    proc = run_python(["-m", "hpc_launch.train", *SMALL, "--steps", "2", "--monitor", "wandb"], cwd=tmp_path)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "WANDB_MODE=online" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

@@ -60,7 +60,7 @@ def test_t5_counts_the_decoder_cross_attention():
 
 MEASURE = """
 import argparse, gc, resource, sys, torch
-from train import lm
+from hpc_launch.train import lm
 torch.manual_seed(0); torch.set_num_threads(1)
 s, b = int(sys.argv[1]), int(sys.argv[2])
 args = argparse.Namespace(model="gpt-tiny", data="synthetic-tokens", seq_len=s, tokenizer=None,
@@ -82,7 +82,7 @@ def test_gpt_tiny_activations_against_a_measured_cpu_training_step(tmp_path):
     """The CPU's SDPA in training (dropout) stores the attention scores: the unfused estimate.
     What a real step of the entrypoint's gpt-tiny adds to the process's peak RSS lies within a
     loose bound of it (allocator slack, saved temporaries the formula does not name)."""
-    from train.lm import meta_model
+    from hpc_launch.train.lm import meta_model
 
     s, b = 512, 16
     proc = subprocess.run(

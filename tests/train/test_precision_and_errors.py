@@ -36,7 +36,7 @@ def test_fp16_on_cpu_trains_or_fails_clearly(tmp_path):
         assert run.rc == 0, run.out[-3000:]
         assert run.losses[-1] < 0.6 * run.losses[0], run.losses
     else:
-        proc = run_python(["-m", "train", *SMALL, "--steps", "2", "--precision", "fp16"], cwd=tmp_path)
+        proc = run_python(["-m", "hpc_launch.train", *SMALL, "--steps", "2", "--precision", "fp16"], cwd=tmp_path)
         assert proc.returncode == 2
         errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
         assert len(errors) == 1 and "fp16 is not supported" in errors[0] and "bf16" in errors[0]
@@ -57,7 +57,7 @@ def test_fp16_on_cpu_trains_or_fails_clearly(tmp_path):
 )
 def test_user_errors_are_one_line(tmp_path, args, message):
     base = {"--model": "smallcnn", "--data": "digits", "--steps": "2"}
-    argv = ["-m", "train"]
+    argv = ["-m", "hpc_launch.train"]
     for flag, value in base.items():
         if flag not in args:
             argv += [flag, value]

@@ -5,7 +5,7 @@ import pytest
 
 
 from ds_launch import launch, launch_and_kill, shm_segments
-from train import checkpoint
+from hpc_launch.train import checkpoint
 
 pytestmark = pytest.mark.train
 

@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 from ds_launch import child_env, free_port, launch
-from train import checkpoint
-from train.ds_config import build_config, own_clipping, resolve_batch
-from train.stop import RESUMABLE_EXIT
+from hpc_launch.train import checkpoint
+from hpc_launch.train.ds_config import build_config, own_clipping, resolve_batch
+from hpc_launch.train.stop import RESUMABLE_EXIT
 
 pytestmark = pytest.mark.train
 
@@ -27,7 +27,7 @@ def _one_rank(tmp_path, body: str, last_line: str) -> None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         import deepspeed
-        from train import ds_startup
+        from hpc_launch.train import ds_startup
         ds_startup.skip_shm_comm_op()
         deepspeed.init_distributed("gloo", auto_mpi_discovery=False, verbose=False)
         """
@@ -112,7 +112,7 @@ def test_a_zero0_fp32_run_still_clips_to_the_configured_max_norm(tmp_path):
 
     import torch
 
-    from train.models import build_model
+    from hpc_launch.train.models import build_model
 
     (tmp_path / "ds.json").write_text(
         json.dumps({"gradient_clipping": 1e-12, "optimizer": {"params": {"weight_decay": 0.0}}})
@@ -136,7 +136,7 @@ def test_the_fused_adamw_the_preset_asks_for_reaches_torch_and_updates_alike(tmp
     script = textwrap.dedent(
         """
         import torch, deepspeed
-        from train.ds_config import build_config, fused_adamw_available, resolve_batch
+        from hpc_launch.train.ds_config import build_config, fused_adamw_available, resolve_batch
         assert fused_adamw_available("cpu")
         for zero in (0, 1, 2):
             finals = {}
@@ -164,7 +164,7 @@ def test_the_fused_adamw_the_preset_asks_for_reaches_torch_and_updates_alike(tmp
 
 
 def test_a_users_foreach_choice_drops_the_presets_fused():
-    from train.ds_config import merge_user_config
+    from hpc_launch.train.ds_config import merge_user_config
 
     preset = build_config(batch=resolve_batch(1, 8), on_cpu=True, fused_adamw=True)
     assert preset["optimizer"]["params"]["fused"] is True
@@ -177,7 +177,7 @@ def test_a_users_foreach_choice_drops_the_presets_fused():
 def test_memory_format_auto_chooses_channels_last_where_it_is_faster_or_documented():
     import torch
 
-    from train.models import build_model, memory_format
+    from hpc_launch.train.models import build_model, memory_format
 
     cnn, mlp = build_model("smallcnn", 10), torch.nn.Sequential(torch.nn.Linear(4, 4))
     assert memory_format(cnn, "auto", "cpu", "fp32") is torch.channels_last
@@ -194,8 +194,8 @@ def test_channels_last_trains_to_the_same_parameters_under_every_zero_stage(tmp_
     script = textwrap.dedent(
         """
         import torch, deepspeed
-        from train.ds_config import build_config, resolve_batch
-        from train.models import build_model
+        from hpc_launch.train.ds_config import build_config, resolve_batch
+        from hpc_launch.train.models import build_model
         for zero in (0, 1, 2, 3):
             finals = {}
             for layout in (torch.channels_last, torch.preserve_format):

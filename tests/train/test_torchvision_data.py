@@ -10,7 +10,7 @@ pytestmark = pytest.mark.train
 
 def test_guarded_import_gives_models_transforms_and_datasets(tmp_path):
     code = (
-        "from train.tv_compat import import_torchvision\n"
+        "from hpc_launch.train.tv_compat import import_torchvision\n"
         "import torch\n"
         "tv = import_torchvision()\n"
         "m = tv.models.resnet18(num_classes=7).eval()\n"

@@ -44,7 +44,7 @@ def test_zero_stage_trains_on_two_ranks(zero, tmp_path):
         assert any("loss" in f for f in csvs), csvs
 
     if zero in (0, 3):  # the standalone eval consolidates the (ZeRO-3: partitioned) weights in one process
-        proc = run_python(["-m", "train.evaluate", "--checkpoint-dir", str(ckpt)], cwd=tmp_path)
+        proc = run_python(["-m", "hpc_launch.train.evaluate", "--checkpoint-dir", str(ckpt)], cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         line = [l for l in proc.stdout.splitlines() if l.startswith("[hpc-eval]")][0]
         result = dict(kv.split("=", 1) for kv in line.split()[1:])

@@ -108,7 +108,7 @@ HPC_LAUNCH_MODULES="$HPC_LAUNCH_MODULES" python "$HPC_LAUNCH_CAPSULE"/probe.py "
   || echo "[hpc-launch] warning: could not record what this job found in its capsule (the job goes on)" >&2
 unset HPC_LAUNCH_MODULES
 
-# The shipped entrypoint by its file path: under `python -m train` (and DeepSpeed's multi-node
+# The shipped entrypoint by its file path: under `python -m hpc_launch.train` (and DeepSpeed's multi-node
 # launchers, which put the work dir on PYTHONPATH) a train/ or train.py there would run instead.
 HPC_TRAIN=$(cd / && python -c 'import os, hpc_launch; print(os.path.join(os.path.dirname(hpc_launch.__file__), "train_entry.py"))') \
   || { echo "[hpc-launch] error: hpc-launch is not installed in the job's Python environment ($(command -v python || echo no python)): pip install 'hpc-launch[train]' there, or pass --venv" >&2; exit 3; }
@@ -128,7 +128,7 @@ if [ "$NNODES" -lt 9 ]; then
   exit 3
 fi
 WORLD_SIZE=$((NNODES * 4))
-# what the ranks' pre-flight gate holds the world to (train/preflight.py)
+# what the ranks' pre-flight gate holds the world to (hpc_launch/train/preflight.py)
 export HPC_LAUNCH_WORLD_SIZE=$WORLD_SIZE HPC_LAUNCH_RANKS_PER_NODE=4
 echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 

@@ -2,7 +2,7 @@
 the per-step dict and the end-of-training dict with train_runtime / *_per_second (accelerate, which
 Trainer itself needs, is not installed here: the callbacks are the code that prints the lines)."""
 
-from train.lm import import_transformers
+from hpc_launch.train.lm import import_transformers
 
 t = import_transformers()
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerControl, TrainerState  # noqa: E402

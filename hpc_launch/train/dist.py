@@ -58,7 +58,7 @@ def export_env(info: RankInfo, env=os.environ) -> None:
 
 
 def init_distributed(info: RankInfo) -> None:
-    """Prove the world is what was asked (train/preflight.py, unless $HPC_LAUNCH_PREFLIGHT=0),
+    """Prove the world is what was asked (hpc_launch/train/preflight.py, unless $HPC_LAUNCH_PREFLIGHT=0),
     then start the process group with the accelerator's backend (gloo on CPU, nccl on GPU)."""
     import deepspeed
     import torch

@@ -1,4 +1,4 @@
-"""The named language-model sizes of `python -m train --model NAME` (pure data, standard library only).
+"""The named language-model sizes of `python -m hpc_launch.train --model NAME` (pure data, standard library only).
 
 GPT sizes are GPT-2's (Radford et al. 2019: small 124M, medium 355M, large 774M, xl 1.5B) and
 GPT-3's 1.3B shape (Brown et al. 2020, table 2.1: 24 layers, d_model 2048); T5 sizes are the

@@ -23,7 +23,7 @@ _SCHEMAS = {
 }
 
 _schema_lib = None  # keep the Library object alive: dropping it unregisters the schemas
-patched = False  # True when the fallback was needed (reported by `python -m train --version`)
+patched = False  # True when the fallback was needed (reported by `python -m hpc_launch.train --version`)
 
 
 def _extension_loads() -> bool:

@@ -59,7 +59,7 @@ def check_model_name(name: str) -> None:
     raise TrainError(
         f"unknown model {name!r}",
         hint="use smallcnn or a torchvision classification model such as resnet50; "
-        "`python -m train --list-models` lists them",
+        "`python -m hpc_launch.train --list-models` lists them",
     )
 
 

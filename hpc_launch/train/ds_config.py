@@ -183,7 +183,7 @@ def build_config(
         }
         cfg["data_types"] = {"buffer_dtype": "fp16"}  # the same BatchNorm rule as bf16
 
-    # TensorBoard and W&B are opened by train/monitor.py after the resume, where the step is known
+    # TensorBoard and W&B are opened by hpc_launch/train/monitor.py after the resume, where the step is known
     monitors = parse_monitors(monitor) if isinstance(monitor, str) else tuple(monitor)
     if "csv" in monitors:
         cfg["csv_monitor"] = {"enabled": True, "output_path": monitor_dir, "job_name": job_name}

@@ -1,7 +1,7 @@
 """Top-1/top-5 accuracy: at the end of training (all ranks) and standalone from a checkpoint.
 
 Standalone (the tutorial's eval step), one process, no process group:
-    python -m train.evaluate --checkpoint-dir DIR --data PATH|digits|synthetic [--model NAME]
+    python -m hpc_launch.train.evaluate --checkpoint-dir DIR --data PATH|digits|synthetic [--model NAME]
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def eval_line(result: dict, **extra) -> str:
 
 def _parse(argv):
     p = argparse.ArgumentParser(
-        prog="python -m train.evaluate", description="Load a training checkpoint into one process; report top-1/top-5."
+        prog="python -m hpc_launch.train.evaluate",
+        description="Load a training checkpoint into one process; report top-1/top-5.",
     )
     p.add_argument("--checkpoint-dir", required=True, help="checkpoint directory, or one of its global_stepN folders")
     p.add_argument(

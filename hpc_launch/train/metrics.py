@@ -61,8 +61,8 @@ class TokenRate:
     """What turns a language model's samples/s into tokens/s and MFU."""
 
     tokens_per_sample: int
-    flops_per_token: float  # train/lm.py flops_per_token
-    peak_flops: Optional[float]  # one device's dense peak FLOP/s (train/peak_flops.py); None: unknown
+    flops_per_token: float  # hpc_launch/train/lm.py flops_per_token
+    peak_flops: Optional[float]  # one device's dense peak FLOP/s (hpc_launch/train/peak_flops.py); None: unknown
 
     def fields(self, meter: StepMeter, world_size: int) -> dict:
         tokens, avg_tokens = meter.current * self.tokens_per_sample, meter.average * self.tokens_per_sample

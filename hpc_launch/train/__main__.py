@@ -1,4 +1,4 @@
-"""`python -m train` / `hpc-train`: the DeepSpeed training entrypoint every job script calls."""
+"""`python -m hpc_launch.train` / `hpc-train`: the DeepSpeed training entrypoint every job script calls."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _monitors(text: str) -> tuple:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m train", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog="python -m hpc_launch.train", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument(
         "--model",
@@ -109,7 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--world-size", type=int, default=None, help="with --print-config: ranks to check for")
     p.add_argument("--list-models", action="store_true")
-    # Appended by the deepspeed launcher; the rank itself comes from the environment (train/dist.py).
+    # Appended by the deepspeed launcher; the rank itself comes from the environment (hpc_launch/train/dist.py).
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.steps is None and args.epochs is None:
@@ -121,7 +121,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.checkpoint_dir = args.checkpoint_dir or os.environ.get("HPC_LAUNCH_CHECKPOINT_DIR") or None
     if args.num_workers is None:
         in_memory = args.data in ("synthetic", "digits", "synthetic-tokens") or args.data.endswith((".txt", ".jsonl"))
-        # a factory's dataset (train/factory.py) is the user's: in the process unless they ask for workers
+        # a factory's dataset (hpc_launch/train/factory.py) is the user's: in the process unless they ask for workers
         args.num_workers = 0 if in_memory or ":" in args.data or ":" in args.model else 4
     return args
 

@@ -152,7 +152,8 @@ def check(facts: Sequence[Mapping], *, world: int, ranks_per_node: Optional[int]
                 Problem(
                     host,
                     f"ranks {names} share local ranks {sorted(locals_)}: two ranks would drive one device",
-                    "the launcher's local rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+                    "the launcher's local rank variable is wrong for this launcher"
+                    " (see hpc_launch/train/dist.py CONVENTIONS)",
                 )
             )
         sizes = {f["local_size"] for f in ranks if f["local_size"] is not None}
@@ -290,7 +291,7 @@ def gate(
     if claims > 1:
         raise PreflightError(
             f"rank {info.rank} was started twice (again on {facts['host']})",
-            hint="the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+            hint="the launcher's rank variable is wrong for this launcher (see hpc_launch/train/dist.py CONVENTIONS)",
             every_rank=True,
         )
     if verdict:
@@ -375,7 +376,8 @@ def _judge(store, prefix: str, info: RankInfo, env: Mapping[str, str], limit: fl
                 Problem(
                     ",".join(sorted(set(hosts.values()))),
                     f"a rank started twice: {where}",
-                    "the launcher's rank variable is wrong for this launcher (see train/dist.py CONVENTIONS)",
+                    "the launcher's rank variable is wrong for this launcher "
+                    "(see hpc_launch/train/dist.py CONVENTIONS)",
                 )
             ]
         )

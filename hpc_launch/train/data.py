@@ -1,5 +1,5 @@
 """Datasets and loaders: synthetic (learnable), sklearn digits (real, tiny), CIFAR-10's python files
-(train/cifar.py), or an ImageFolder tree.
+(hpc_launch/train/cifar.py), or an ImageFolder tree.
 
 Nothing is downloaded at run time. The train loader's position is a pure function of
 (seed, epoch, micro-step), so a resumed run continues with exactly the next batch.

@@ -1,5 +1,5 @@
 """Language models for the entrypoint: a GPT (causal LM) or a T5 (encoder-decoder) from a named
-size (train/lm_sizes.py, random initialisation), or a model directory the user has on disk.
+size (hpc_launch/train/lm_sizes.py, random initialisation), or a model directory the user has on disk.
 
 `prepare(args)` checks everything cheap before any process group starts and returns the run's
 `LanguageModel`: its data, how to build the model, how a batch becomes a loss, its FLOPs per
@@ -22,7 +22,7 @@ CAUSAL, SEQ2SEQ = "causal", "seq2seq"
 
 def import_transformers():
     """`import transformers`, with torchvision importable first: transformers imports it when it
-    is installed, and its CUDA-linked extension fails on CPU machines (train/tv_compat.py)."""
+    is installed, and its CUDA-linked extension fails on CPU machines (hpc_launch/train/tv_compat.py)."""
     try:
         from .tv_compat import import_torchvision
 
@@ -244,7 +244,7 @@ def perplexity_line(result: dict, **extra) -> str:
 
 
 def device_product(device_type: str) -> str:
-    """The accelerator's product name as torch reports it (looked up in train/peak_flops.py)."""
+    """The accelerator's product name as torch reports it (looked up in hpc_launch/train/peak_flops.py)."""
     import torch
 
     backend = getattr(torch, device_type, None)
@@ -270,7 +270,7 @@ def describe(lm: LanguageModel, model, rate, device_type: str) -> str:
     peak = (
         f"{rate.peak_flops / 1e12:g} TFLOP/s ({device})"
         if rate.peak_flops
-        else f"unknown ({device}: no peak in train/peak_flops.py)"
+        else f"unknown ({device}: no peak in hpc_launch/train/peak_flops.py)"
     )
     return (
         f"[hpc-train] language model {lm.name}: {lm.kind}, {params / 1e6:.2f}M parameters, seq_len={lm.seq_len}, "
