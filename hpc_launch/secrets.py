@@ -71,7 +71,7 @@ def value_forms(value: str) -> List[str]:
 def masked(text: str, secrets: Iterable[str]) -> str:
     """`text` with every secret replaced by MARK, the longest first (so a part never leaves the
     rest of a longer one readable): a long one wherever it appears, a short one where no letter
-    or digit touches it. Standard library only: the job runs this (notify.py, notify_cause.py)."""
+    or digit touches it. Standard library only: the job runs this (notify/__init__.py, notify/cause.py)."""
     for secret in sorted({s for s in secrets if s and s.strip()}, key=len, reverse=True):
         if len(secret) >= SHORT:
             text = text.replace(secret, MARK)

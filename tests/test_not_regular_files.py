@@ -108,7 +108,7 @@ def test_a_script_that_is_not_a_regular_file_is_refused_by_submit_as_by_the_dry_
 def test_a_fifo_as_the_log_gives_no_cause_at_once_not_after_the_time_limit(tmp_path, unblock):
     import time
 
-    from hpc_launch import notify_cause
+    from hpc_launch.notify import cause as notify_cause
 
     fifo = tmp_path / "t.o5"
     os.mkfifo(fifo)

@@ -1,4 +1,4 @@
-"""--notify (hpc_launch/notify.py): the job itself posts its start and end to a webhook whose URL
+"""--notify (hpc_launch/notify/__init__.py): the job itself posts its start and end to a webhook whose URL
 is a secret. Real parts: real `local` jobs, a real HTTP server in a thread, the real job store."""
 
 from __future__ import annotations
@@ -272,12 +272,12 @@ def test_the_job_side_imports_only_the_standard_library():
     import sys
 
     # what the job imports to send and to diagnose: the package's own modules, and they only the standard library
-    code = "import sys; b = set(sys.modules); import hpc_launch.notify, hpc_launch.notify_cause; " + (
+    code = "import sys; b = set(sys.modules); import hpc_launch.notify, hpc_launch.notify.cause; " + (
         "print(sorted({m.split('.')[0] for m in set(sys.modules) - b} - set(sys.stdlib_module_names)))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
     assert r.stdout.strip() == "['hpc_launch']", r.stderr
-    for module in ("notify", "notify_email", "notify_outbox", "notify_cause"):
+    for module in ("__init__", "mail", "outbox", "cause"):
         tree = ast.parse((Path(notify.__file__).parent / f"{module}.py").read_text())
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

@@ -19,7 +19,8 @@ from typing import List
 
 import pytest
 
-from hpc_launch import notify, notify_email, notify_outbox, notify_relay, profiles
+from hpc_launch import notify, profiles
+from hpc_launch.notify import mail as notify_email, outbox as notify_outbox, relay as notify_relay
 from hpc_launch.records import JobRecord
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
@@ -129,7 +130,7 @@ def test_a_failure_says_doctors_cause_and_fix(hpc_launch_bin, notify_sandbox):
 
 
 def test_the_cause_is_bounded_in_time_and_never_fails(tmp_path, monkeypatch):
-    from hpc_launch import notify_cause
+    from hpc_launch.notify import cause as notify_cause
 
     log = tmp_path / "x.o1"
     log.write_text("ModuleNotFoundError: No module named 'torch'\n")

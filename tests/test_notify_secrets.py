@@ -20,7 +20,8 @@ from typing import List
 
 import pytest
 
-from hpc_launch import notify, notify_outbox, notify_relay, profiles
+from hpc_launch import notify, profiles
+from hpc_launch.notify import outbox as notify_outbox, relay as notify_relay
 from hpc_launch.errors import SpecError
 from hpc_launch.records import JobStore
 from hpc_launch.spec import JobSpec, resolve
@@ -224,7 +225,7 @@ def _relay_process(tmp_path: Path, url: str, as_seen: str = "") -> subprocess.Po
     """A real relay process (what `status` runs), on the job as the store holds it, or as a refresh
     saw it before it stored the job's end (`as_seen`: the state then)."""
     code = (
-        "import sys\nfrom hpc_launch import notify_relay\nfrom hpc_launch.records import JobStore\n"
+        "import sys\nfrom hpc_launch.notify import relay as notify_relay\nfrom hpc_launch.records import JobStore\n"
         "from hpc_launch.transport.local import LocalTransport\n"
         f"s = JobStore({str(tmp_path / 'jobs.sqlite')!r})\n"
         "rec = s.get('5', 'local')\n"

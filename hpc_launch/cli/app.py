@@ -221,9 +221,9 @@ def show_jobs(records: Sequence[Any], as_json: bool, starts: bool = False) -> No
     """The jobs as a table or JSON; `starts` (status): a queued job's start estimate and why it
     waits, as the scheduler said at this refresh (a "starts" column; JSON `estimated_start`, epoch
     seconds or null, and `pending_reason`), and where its --notify messages stand (a "notify"
-    column when a job has them; JSON `notify`, null without --notify: notify_relay.as_json)."""
+    column when a job has them; JSON `notify`, null without --notify: notify/relay.as_json)."""
     from ..jobs.state import start_of, start_words
-    from ..notify_relay import as_json as notify_json, words as notify_words
+    from ..notify.relay import as_json as notify_json, words as notify_words
 
     if as_json:
         out = []

@@ -105,7 +105,7 @@ def status(
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
-    from .. import notify_relay
+    from ..notify import relay as notify_relay
     from ..jobs import lookup, refresh
     from ..records import DamagedRecord, JobStore
     from ..states import JobState

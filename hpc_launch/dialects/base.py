@@ -401,7 +401,7 @@ class TestSubmission(abc.ABC):
 
 
 class FailureWording:
-    """The scheduler's own words for doctor's causes (hpc_launch/doctor_causes.py): its walltime
+    """The scheduler's own words for doctor's causes (hpc_launch/doctor/causes.py): its walltime
     or memory kill, a queue-limit refusal, a node that failed (`(?P<host>...)`)."""
 
     # cause key (doctor.CAUSES) -> this scheduler's own words for it, as regexes (re.M)

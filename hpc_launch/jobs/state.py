@@ -29,7 +29,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from msgspec.structs import replace as replace_struct
 
-from .. import dialects, notify_relay
+from .. import dialects
+from ..notify import relay as notify_relay
 from ..dialects import ChainHandOff, Dialect, PendingExclusion, StartEstimates, StatusInfo
 from ..dialects.base import StartEstimate
 from ..errors import HpcLaunchError, SchedulerError, TransportError
@@ -421,7 +422,7 @@ def refresh(
     records = list(records)
     groups: Dict[tuple, List[JobRecord]] = {}
     for rec in records:
-        # an ended job may still owe a --notify message from its outbox (notify_relay.py)
+        # an ended job may still owe a --notify message from its outbox (notify/relay.py)
         if not JobState(rec.state).terminal or notify_relay.wanted(rec):
             groups.setdefault((rec.cluster, rec.host), []).append(rec)
     down: Dict[str, TransportError] = {}  # a host that failed is not tried again for its other clusters

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import make_cli
-from hpc_launch import notify_outbox
+from hpc_launch.notify import outbox as notify_outbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_notify import Hook  # noqa: E402

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .doctor_causes import CAUSES, Cause, Facts
+from .causes import CAUSES, Cause, Facts
 
 __all__ = ["CAUSES", "Cause", "Diagnosis", "Facts", "Finding", "diagnose", "report_lines", "summary_lines"]
 

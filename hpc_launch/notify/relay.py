@@ -1,6 +1,6 @@
 """--notify's relay: whoever refreshes a job (`hpc-launch status`, `list -r`, `logs -f`, on the
 login node or on the laptop: the side with a network) sends the messages the job left in its
-outbox (notify_outbox.py), exactly once, and records where they stand for `status`.
+outbox (notify/outbox.py), exactly once, and records where they stand for `status`.
 
 Exactly once: the relay sends only under the outbox's lock (a directory, made atomically by
 `mkdir` where the job's files are, so two relays on two machines exclude each other) and writes
@@ -25,12 +25,13 @@ import socket
 import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from . import notify, notify_outbox
-from .errors import HpcLaunchError
-from .protocol import EXIT_FILE_SUFFIX
-from .records import JobRecord, JobStore
-from .states import JobState
-from .transport.base import Transport
+from .. import notify
+from ..errors import HpcLaunchError
+from ..protocol import EXIT_FILE_SUFFIX
+from ..records import JobRecord, JobStore
+from ..states import JobState
+from ..transport.base import Transport
+from . import outbox as notify_outbox
 
 KEY = "notify"  # record.extra: {"via": NAME or "", "size": bytes seen, **Tally, "done": bool}
 RELAY_TIMEOUT_S = 8.0  # one try per message per refresh: the next refresh tries again

@@ -1,6 +1,6 @@
 """--notify: word when a job starts and ends, sent to a webhook (Slack/Mattermost-compatible JSON
-`{"text": "..."}`, or ntfy's plain text body) or by e-mail (notify_email.py); a failure carries
-doctor's cause and fix (notify_cause.py).
+`{"text": "..."}`, or ntfy's plain text body) or by e-mail (notify/mail.py); a failure carries
+doctor's cause and fix (notify/cause.py).
 
 The URL (or mail address form) is a secret (anyone holding it can post): it reaches the job as a
 --pass-env variable (hpc_launch/secrets.py), and this module reads it from the environment by the
@@ -11,9 +11,9 @@ secret) is never sent: only the event, the exit code, doctor's cause and fix, an
 Where it is sent from (the profile's `notify_route`, docs/commands.md#notify):
   direct  the job posts (3 tries in under 30 s); a failure is kept in the outbox as failed
   relay   the job only writes the outbox; whoever refreshes the job (`status`, `list -r`,
-          `logs -f`, on the login node or the laptop) sends it (notify_relay.py)
+          `logs -f`, on the login node or the laptop) sends it (notify/relay.py)
   auto    direct, and what did not go is left in the outbox for the relay (the default)
-Every message is written to the outbox beside the log (notify_outbox.py), sent or not, so
+Every message is written to the outbox beside the log (notify/outbox.py), sent or not, so
 `status` can say what went and what waits, and why.
 
 Run by the job script's prologue and EXIT trap (templates/body/prologue.sh.j2):
@@ -36,7 +36,7 @@ import urllib.parse
 import urllib.request
 from typing import Iterable, List, Optional, Tuple
 
-from . import notify_email, notify_outbox  # the package's own, standard library only
+from . import mail as notify_email, outbox as notify_outbox  # the package's own, standard library only
 
 TIMEOUT_S = 10.0
 EXIT_RESUMABLE = 75  # hpc_launch/protocol.py, repeated so this module imports nothing of the package
@@ -148,13 +148,13 @@ def url_secrets(url: str) -> List[str]:
 
 def mask(text: str, url: str) -> str:
     """`text` with the URL and every part of it that could identify it or its credentials replaced."""
-    from . import secrets  # the package's own, standard library only
+    from .. import secrets  # the package's own, standard library only
 
     return secrets.masked(text, url_secrets(url))
 
 
 def send(url: str, text: str, timeout: float = TIMEOUT_S) -> Optional[str]:
-    """Send the message once: POST it to a webhook, or mail it (notify_email.py). None when it
+    """Send the message once: POST it to a webhook, or mail it (notify/mail.py). None when it
     went, else why not (masked)."""
     try:
         if notify_email.is_mail(url):
@@ -206,7 +206,7 @@ def deliver(url: str, text: str, sleep=time.sleep) -> Optional[str]:
 def masked_cause(lines: List[str], url: str, values: Iterable[str]) -> List[str]:
     """Doctor's lines, read from the job's log, with the URL and every --pass-env value masked
     (in every form a program prints it): a program's error may quote either, and this goes out."""
-    from . import secrets  # the package's own, standard library only
+    from .. import secrets  # the package's own, standard library only
 
     hidden = url_secrets(url) if url else []
     hidden += [form for value in values for form in secrets.value_forms(value)]
@@ -214,9 +214,9 @@ def masked_cause(lines: List[str], url: str, values: Iterable[str]) -> List[str]
 
 
 def with_cause(text: str, log: str, rc: int, url: str = "", values: Iterable[str] = ()) -> str:
-    """A failure's message with doctor's cause and fix below its first line (notify_cause.py),
+    """A failure's message with doctor's cause and fix below its first line (notify/cause.py),
     masked: nothing read from the log leaves the job as it was written."""
-    from . import notify_cause  # the package's own, standard library only
+    from . import cause as notify_cause  # the package's own, standard library only
 
     lines = masked_cause(notify_cause.cause_lines(log, rc), url, values)
     return "\n".join([text, *lines]) if lines else text
@@ -297,7 +297,3 @@ def _keep(a: argparse.Namespace, text: str, *, sent: bool, why: str, now: float)
         notify_outbox.append(notify_outbox.outbox_path_for(a.log), entry)
     except OSError as exc:
         print(f"[hpc-launch] notify: the outbox beside the log cannot be written ({exc.strerror})", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,14 +11,14 @@ from typing import Callable, Optional, Tuple
 
 def scheduler_words(key: str) -> Tuple[str, ...]:
     """Every scheduler's own wording for the cause `key` (each dialect's `failure_wording`)."""
-    from . import dialects
+    from .. import dialects
 
     return tuple(p for d in dialects.all_dialects() for p in dialects.scheduler_words(d, key))
 
 
 def unscheduled_words(key: str) -> Tuple[str, ...]:
     """The wording for the cause `key` of the dialects with no scheduler (local, pods): hpc-launch's own."""
-    from . import dialects
+    from .. import dialects
 
     return tuple(p for d in dialects.all_dialects() if not d.has_scheduler for p in dialects.scheduler_words(d, key))
 

@@ -1,7 +1,7 @@
 """A failed job's notification carries doctor's cause and fix, diagnosed by the job itself from its
 own log as it ends (the laptop that would run `hpc-launch doctor` may be off).
 
-`cause_lines` runs the diagnosis as a child process (`python -m hpc_launch.notify_cause LOG RC`)
+`cause_lines` runs the diagnosis as a child process (`python -m hpc_launch.notify.cause LOG RC`)
 with a time limit, so a huge log or a slow filesystem costs the job at most that long and never
 its exit code; any failure gives no lines, and the message keeps its `next: hpc-launch doctor ID`.
 """
@@ -19,7 +19,7 @@ TAIL_BYTES = 3 << 20  # ... and the end says how it ended: a long log keeps both
 
 
 def _read_bounded(path: str) -> str:
-    from . import paths  # the package's own, standard library only
+    from .. import paths  # the package's own, standard library only
 
     # a FIFO or a device where the log should be is refused at once, never waited on
     with os.fdopen(paths.open_regular(path), "rb") as fh:
@@ -36,8 +36,8 @@ def _read_bounded(path: str) -> str:
 def diagnosis_lines(log_path: str, rc: int) -> List[str]:
     """`cause: ...` and `fix: ...` for the job whose log is `log_path` (the live copy while a site's
     own log appears only at the end), or [] when doctor recognises nothing."""
-    from . import doctor
-    from .protocol import live_log_for
+    from .. import doctor
+    from ..protocol import live_log_for
 
     live = live_log_for(log_path)
     text = _read_bounded(live if os.path.exists(live) else log_path)
@@ -49,7 +49,7 @@ def diagnosis_lines(log_path: str, rc: int) -> List[str]:
 def cause_lines(log_path: str, rc: int, timeout: float = TIMEOUT_S) -> List[str]:
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "hpc_launch.notify_cause", log_path, str(rc)],
+            [sys.executable, "-m", "hpc_launch.notify.cause", log_path, str(rc)],
             capture_output=True,
             text=True,
             timeout=timeout,
