@@ -103,4 +103,6 @@ def test_help_and_fast_path_errors_are_unchanged(tmp_path):
             (GOLDEN / name).write_text(text, encoding="utf-8")
     assert sorted(p.name for p in GOLDEN.iterdir()) == sorted(files), "a command came or went: rewrite the goldens"
     for name, text in files.items():
-        assert (GOLDEN / name).read_text(encoding="utf-8") == text, f"{name} changed (HPC_LAUNCH_UPDATE_GOLDEN=1 to accept)"
+        assert (GOLDEN / name).read_text(encoding="utf-8") == text, (
+            f"{name} changed (HPC_LAUNCH_UPDATE_GOLDEN=1 to accept)"
+        )

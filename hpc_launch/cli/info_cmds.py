@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -18,49 +18,14 @@ from .app import (
     print_table,
     run_checked,
 )
-from .. import dialects
+from .declare import command
 from .hostfile_run import read_hostfile
 
 
-@app.command()
-def hostfile(
-    output: Optional[str] = typer.Option(
-        None, "--output", "-o", metavar="FILE", help="write here (atomically) instead of stdout"
-    ),
-    slots: Optional[int] = typer.Option(
-        None,
-        "--slots",
-        metavar="N",
-        help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
-        "else as often as the node list names a host",
-    ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="take slots from this cluster profile",
-    ),
-    source: Optional[str] = typer.Option(
-        None,
-        "--from",
-        metavar="SCHEDULER",
-        help=f"scheduler whose node list to read: {', '.join(dialects.scheduler_names())}",
-    ),
-    nodefile: Optional[str] = typer.Option(
-        None, "--nodefile", metavar="FILE", help="read this node file (one host per line)"
-    ),
-    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="comma-separated hosts"),
-    include: Optional[str] = typer.Option(
-        None, "--include", "-i", metavar="H1@H2", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"
-    ),
-    exclude: Optional[str] = typer.Option(
-        None, "--exclude", "-x", metavar="H1@H2", help="drop these hosts: host1@host2 (DeepSpeed syntax)"
-    ),
-) -> None:
+@command("hostfile")
+def hostfile(**v: Any) -> None:
     """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
-    run_checked(read_hostfile, dict(locals()))  # every parameter above, by name, as the fast path passes them
+    run_checked(read_hostfile, v)  # its parameters by name, as the fast path passes them
 
 
 @app.command()
