@@ -24,8 +24,10 @@ class Option:
     project-file key (project_config), `text`: an empty value is refused. `helps`: another help
     for some commands (keys: command names, space-separated)."""
 
-    __slots__ = ("key", "name", "flags", "metavar", "help", "kind", "many", "default", "field", "parse")
-    __slots__ += ("yaml", "text", "helps", "complete")
+    __slots__ = (
+        *("key", "name", "flags", "metavar", "help", "kind", "many", "default", "field", "parse"),
+        *("yaml", "text", "helps", "complete"),
+    )
 
     def __init__(
         self,
@@ -46,7 +48,7 @@ class Option:
     ) -> None:
         self.key, self.name = key, key.split(":")[0]
         self.flags, self.metavar, self.help, self.kind, self.many = flags, metavar, help, kind, many
-        self.default = [] if many else (False if kind == "flag" else default)
+        self.default: Any = [] if many else (False if kind == "flag" else default)
         self.field, self.parse, self.yaml, self.text = field, parse, yaml, text
         self.helps = {cmd: h for cmds, h in (helps or {}).items() for cmd in cmds.split()}
         self.complete = complete  # cluster names complete it in the shell
@@ -380,11 +382,11 @@ def job_rows() -> Iterator[Option]:
     """Every row that sets a JobSpec field, once per field (a command's variant shares its field)."""
     seen = set()
     for row in JOB:
-        if row.field not in seen:
+        if row.field and row.field not in seen:
             seen.add(row.field)
             yield row
 
 
 def text_options() -> Dict[str, str]:
     """JobSpec field -> the option that sets it, for each given as text: an empty one is refused."""
-    return {row.field: row.label for row in job_rows() if row.text and row.field}
+    return {str(row.field): row.label for row in job_rows() if row.text}
