@@ -74,14 +74,8 @@ def _answers(tmp_path):
         HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"),
         HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"),
     )
-    r = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(ERRORS)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [sys.executable, "-c", PROBE, json.dumps(ERRORS)]
+    r = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

@@ -38,11 +38,17 @@ def parameter(row: options.Option, command: str) -> inspect.Parameter:
         annotation = str
         declared = typer.Argument(..., metavar=row.metavar, help=help)
     else:
-        extra: dict = {}
-        if row.kind == "gpus":
-            extra["click_type"] = GPU_COUNT
-        if row.complete:
-            extra["autocompletion"] = complete_clusters
-        default = list(row.default) if row.many else row.default
-        declared = typer.Option(default, *row.flags, metavar=row.metavar, help=help, **extra)
+        declared = option(row.key, help, list(row.default) if row.many else row.default)
     return inspect.Parameter(row.name, inspect.Parameter.KEYWORD_ONLY, default=declared, annotation=annotation)
+
+
+def option(key: str, help: str, default: Any = None) -> Any:
+    """The row `key` as a typer.Option with this help and default (`...`: required), for a command
+    whose other parameters are its own (`status --cluster`, `plan --nodes`)."""
+    row = options.ROWS[key]
+    extra: dict = {}
+    if row.kind == "gpus":
+        extra["click_type"] = GPU_COUNT
+    if row.complete:
+        extra["autocompletion"] = complete_clusters
+    return typer.Option(default, *row.flags, metavar=row.metavar, help=help, **extra)

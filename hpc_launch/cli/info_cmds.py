@@ -9,16 +9,14 @@ import typer
 
 from .app import (
     COMPLETE_VAR,
-    GPU_COUNT,
     app,
     clusters_app,
-    complete_clusters,
     err,
     print_json,
     print_table,
     run_checked,
 )
-from .declare import command
+from .declare import command, option
 from .hostfile_run import read_hostfile
 
 
@@ -109,16 +107,10 @@ def plan(
         metavar="MODEL",
         help="torchvision model name, a language model size (gpt-125m, t5-small, ...) or a model directory",
     ),
-    cluster: str = typer.Option(
-        "abci", "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name"
-    ),
-    nodes: int = typer.Option(1, "--nodes", "-n", metavar="N", help="number of nodes"),
-    gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs per node (default: the queue's)"
-    ),
-    queue: Optional[str] = typer.Option(
-        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
-    ),
+    cluster: str = option("cluster", "cluster profile name", "abci"),
+    nodes: int = option("nodes", "number of nodes", 1),
+    gpus_per_node: Optional[int] = option("gpus_per_node", "GPUs per node (default: the queue's)"),
+    queue: Optional[str] = option("queue", "queue / partition / resource type"),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", metavar="N", min=1, help="language models: tokens per sample (the entrypoint's default)"
     ),
