@@ -284,11 +284,28 @@ def report(
 configuration; for one job also its loss and samples/s over steps (steps.png); for one \
 configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a \
 planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
-    from ..report import Plan, report_jobs
+    from ..report import report_jobs
 
+    plan = _plan(plan_samples, plan_steps, plan_epochs, min_efficiency, queue, link_walltime)
+    written, notes = report_jobs(job_ids, out, cluster, plan)
+    for note in notes:
+        say(note)
+    say("report: " + ", ".join(written))
+
+
+def _plan(
+    samples: Optional[int],
+    steps: Optional[int],
+    epochs: Optional[int],
+    min_efficiency: float,
+    queue: Optional[str],
+    link_walltime: Optional[str],
+) -> Any:
+    """report's planned training from its options; a usage error for a combination that says nothing."""
+    from ..report import Plan
     from ..walltime import parse_walltime
 
-    given = [n for n, v in (("samples", plan_samples), ("steps", plan_steps), ("epochs", plan_epochs)) if v is not None]
+    given = [n for n, v in (("samples", samples), ("steps", steps), ("epochs", epochs)) if v is not None]
     if len(given) > 1:
         raise typer.BadParameter(
             f"give one of --plan-samples, --plan-steps, --plan-epochs, "
@@ -308,18 +325,14 @@ planned training its wall time, node-hours, the chain it needs and its charge in
             link_s = parse_walltime(link_walltime)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--link-walltime") from None
-    plan = Plan(
-        samples=plan_samples,
-        steps=plan_steps,
-        epochs=plan_epochs,
+    return Plan(
+        samples=samples,
+        steps=steps,
+        epochs=epochs,
         min_efficiency=min_efficiency,
         queue=queue,
         link_walltime_s=link_s,
     )
-    written, notes = report_jobs(job_ids, out, cluster, plan)
-    for note in notes:
-        say(note)
-    say("report: " + ", ".join(written))
 
 
 @app.command()
