@@ -15,7 +15,7 @@ import msgspec
 from msgspec import field
 from msgspec.structs import replace
 
-from . import dialects, launchers, site_rules
+from . import dialects, launchers, options, site_rules
 from .errors import SpecError
 from .profiles import Profile, Queue, Stage
 from .directive_limits import directive_options
@@ -36,6 +36,9 @@ _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
 
 class JobSpec(msgspec.Struct):
+    """What the user asks for. Each field has its row in the option table (hpc_launch/options.py:
+    flags, help, parser, project-file kind, the commands that take it) and its rule in resolve."""
+
     cluster: Optional[str] = None
     nodes: Optional[int] = None  # default 1; on pods, every host given
     gpus_per_node: Optional[int] = None
@@ -81,23 +84,9 @@ class JobSpec(msgspec.Struct):
         return list(cls.__struct_fields__)
 
 
-# The option that sets each JobSpec value given as text: an empty one is refused, never read as "the default".
-_TEXT_OPTIONS = {
-    "cluster": "--cluster",
-    "queue": "--queue",
-    "walltime": "--walltime",
-    "group": "--group",
-    "name": "--name",
-    "script": "--script",
-    "workdir": "--workdir",
-    "venv": "--venv",
-    "conda": "--conda",
-    "login": "--login",
-    "stop_before": "--stop-before",
-    "notify": "--notify",
-    "container": "--container",
-    "stop_signal": "--stop-signal",
-}
+# The option that sets each JobSpec value given as text (the rows marked `text` in the option
+# table): an empty one is refused, never read as "the default".
+_TEXT_OPTIONS = options.text_options()
 
 
 def spec_from(config: Dict[str, Any], overrides: Dict[str, Any]) -> JobSpec:
