@@ -223,7 +223,7 @@ JOB = (
     _job(
         "container", ("--container",), "IMAGE", "run the ranks inside this image (a path where the job runs, or a "
         "registry name), started by the site's launcher as the profile's container: says (docs/containers.md)",
-        text=True,
+        text=True, yaml="text",
         helps={"sweep": "run every point's ranks inside this image (docs/containers.md)",
                "rerun": "run the ranks inside this image (default: the job's image, from its capsule)",
                "where": "the ranks would run inside this image (the profile's container: is checked)"},

@@ -50,3 +50,12 @@ def test_every_kind_a_row_has_is_one_the_commands_build(kind):
 
     assert kind in _TYPES
     assert {row.kind for row in options.ROWS.values()} <= set(_TYPES)
+
+
+def test_a_project_files_container_is_the_image_the_job_runs_in(tmp_path):
+    # docs/commands.md: --container defaults to the project file's `container:`
+    from hpc_launch.project_config import spec_for
+
+    (tmp_path / "hpc-launch.yaml").write_text("cluster: local\ncontainer: /images/ngc.sif\n")
+    assert spec_for(str(tmp_path / "hpc-launch.yaml"), {}).container == "/images/ngc.sif"
+    assert spec_for(str(tmp_path / "hpc-launch.yaml"), {"container": "/other.sif"}).container == "/other.sif"

@@ -14,10 +14,6 @@ from .app import parse_env, say, split_args, usage_errors
 from .declare import command
 from .submit_run import job_values
 
-# alloc takes these three as submit does but has never passed them on (its runs read the
-# allocation's options): kept as they were when the option table came (issue 30)
-NOT_PASSED = ("container", "preflight", "stop_signal")
-
 
 @command("alloc")
 def alloc(**v: Any) -> None:
@@ -30,7 +26,7 @@ def alloc(**v: Any) -> None:
     from ..project_config import spec_for
 
     with usage_errors():
-        options = job_values("alloc", v, leave_out=NOT_PASSED)
+        options = job_values("alloc", v)
     spec = interactive_spec(spec_for(v["config"], options), v["profile"])
     prepared = prepare(spec, profile_file=v["profile"], note=say)  # every limit checked here, before the scheduler
     if v["dry_run"]:
