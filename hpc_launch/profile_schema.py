@@ -75,7 +75,7 @@ class Tier(_Strict):
     max_walltime: str
     routes_to: Optional[str] = None  # the execution queue the scheduler picks (shown in messages)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_walltime(self.max_walltime)
         if self.min_nodes > self.max_nodes:
             raise ValueError(f"tier {self.min_nodes}-{self.max_nodes}: min_nodes is above max_nodes")
@@ -99,7 +99,7 @@ class Queue(_Strict):
     max_user_running: Optional[Positive] = None  # of them running at once: the others wait queued
     note: Optional[str] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_walltime(self.max_walltime)
         _check_walltime(self.min_walltime)
         _check_walltime(self.default_walltime)
@@ -167,7 +167,7 @@ class Launch(_Strict):
     # Node-local directories the ranks need (Frontier's MIOpen cache on /tmp): created on every node before launch.
     node_dirs: List[str] = []
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in self.unset_env:
             if not _ENV_NAME.match(name):
                 raise ValueError(f"unset_env: {name!r} is not a variable name")
@@ -200,7 +200,7 @@ class Stage(_Strict):
     def on(self) -> bool:
         return self.env or self.data is not None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key, value in (("dest", self.dest), ("data", self.data)):
             if value is not None and (not value.startswith(("/", "$")) or re.search(r"[\x00-\x1f\x7f]", value)):
                 raise ValueError(f"stage.{key}: {value!r} is not an absolute directory")
@@ -229,7 +229,7 @@ class Container(_Strict):
     launch: Literal["per-rank", "runtime"] = "per-rank"
     mpi: Optional[str] = None  # what the image's MPI must match (ABI), said by `clusters show` and doctor
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if (self.runtime in RUNTIME_LAUNCHED) != (self.launch == "runtime"):
             want = "runtime" if self.runtime in RUNTIME_LAUNCHED else "per-rank"
             raise ValueError(f"container.launch: {self.runtime} takes launch: {want}")
@@ -315,7 +315,7 @@ class Profile(_Strict):
     charge: Optional[Charge] = None  # the site's charge unit and rates (`report --plan-*`)
     container: Optional[Container] = None  # how ranks run inside an image (`--container`, docs/containers.md)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_walltime(self.default_walltime)
         if self.default_queue and self.default_queue not in self.queues:
             raise ValueError(
