@@ -133,7 +133,7 @@ class PythonEnv(_Strict):
     conda: Optional[str] = None
     conda_setup: Optional[str] = None  # a shell line that makes `conda activate` work
     python: str = "python3"
-    # The site's python3 has no torch: a job needs a venv or conda env (see spec.resolve).
+    # The site's python3 has no torch: a job needs a venv or conda env (see resolve/script.py).
     env_required: bool = False
     modules: List[str] = []  # loaded before the venv is activated (the interpreter it was made with)
 
