@@ -21,7 +21,7 @@ from msgspec.structs import replace
 from . import __version__, dialects, launchers, protocol
 from .errors import SpecError, TemplateError
 from .protocol import SCRIPT_DIR, link_script_name
-from .spec import ResolvedJob
+from .resolve import ResolvedJob
 from .dialects import Arrays, ChainHandOff, HostExclusion, RestartNotice
 
 
