@@ -413,7 +413,7 @@ def test_a_frame_announced_bigger_than_a_chunk_is_refused_before_it_is_read(tmp_
     child = subprocess.Popen(argv + ["--dest", str(tmp_path / "l1"), "--index", "1"], cwd=ROOT, stderr=subprocess.PIPE)
     conn, _ = fake_parent.accept()
     conn.recv(64)  # its hello
-    conn.sendall(stage._LEN.pack(0xFFFFFFF0) + b"x" * (1 << 20))  # "4 GB follow", and some
+    conn.sendall(stage.LEN.pack(0xFFFFFFF0) + b"x" * (1 << 20))  # "4 GB follow", and some
     t0 = time.monotonic()
     _, err = child.communicate(timeout=30)
     conn.close()
