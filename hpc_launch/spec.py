@@ -217,7 +217,8 @@ def _staging(spec: JobSpec, p: Profile, launcher: "launchers.Launcher") -> Profi
     if spec.stage_env is None and spec.stage_data is None:
         return p
     if spec.stage_env is False:
-        return replace(p, stage=Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s, directives=p.stage.directives))
+        off = Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s, directives=p.stage.directives, image=False)
+        return replace(p, stage=off)
     option = "--stage-env" if spec.stage_env else "--stage-data"
     if not launcher.per_node:
         raise SpecError(
@@ -231,6 +232,7 @@ def _staging(spec: JobSpec, p: Profile, launcher: "launchers.Launcher") -> Profi
             dest=p.stage.dest,
             timeout_s=p.stage.timeout_s,
             directives=p.stage.directives,
+            image=p.stage.image,
         )
     except ValueError as exc:
         fix = "set stage.dest, the node-local directory, in your profile (docs/staging.md)"
@@ -292,6 +294,10 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         from .container import container_of
 
         container_of(p, spec.container)  # a one-line error naming what to add where the site has no wiring
+    if spec.container or p.stage.image is not None:
+        from .container import staging
+
+        p = replace(p, stage=staging(p, spec.container))  # the image staged too, or not (docs/containers.md)
     where = f"on {p.name}"
     if spec.exclude and not dialect.has_scheduler:  # no scheduler: the host list itself leaves them out
         listed = spec.hosts if spec.hosts is not None else p.hosts
