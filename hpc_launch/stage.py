@@ -1,5 +1,6 @@
-"""Node-local staging: one copy of a directory (the job's Python environment, a data set) on every
-node of a job, read from the shared file system once, by a pipelined binary-tree broadcast.
+"""Node-local staging: one copy of a directory (the job's Python environment, a data set) or of a
+container image (`--entry`: a file or directory, whole) on every node of a job, read from the
+shared file system once, by a pipelined binary-tree broadcast.
 
 Importing torch and DeepSpeed from a shared parallel file system on thousands of nodes at once is a
 metadata storm (some 24,000 file system calls per import, on every node at the same moment). Here
@@ -14,6 +15,7 @@ the node it happened on.
 
 The job script runs it once per node through the job's own launcher (templates/body/stage.sh.j2):
 `python -m hpc_launch.stage --hostfile F --src DIR --dest DIR --port P --token-file F`.
+The wire (frames, words, connections) is stage_wire, the stream stage_stream, the tree stage_nodes.
 No imports beyond the standard library: this runs inside jobs, before the environment is usable.
 """
 
