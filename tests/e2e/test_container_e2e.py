@@ -275,7 +275,6 @@ def test_a_staged_image_runs_from_the_node_local_copy_on_two_pods(hpc_launch_bin
     # on the testbed the ranks take node 0's path, as a real site's same node-local path on every node
     assert roots == {"0": f"{local}/pod1/image/img", "1": f"{local}/pod1/image/img"}, inside[-3000:]
     assert f"[hpc-launch] staging the container image {img} to {local}/pod1/image on 2 node(s)" in inside
-    print(*[x for x in inside.splitlines() if "stage" in x or "image-root" in x], sep="\n")
     for pod in ("pod1", "pod2"):  # each node's own verified copy
         assert (local / pod / "image" / "img" / "IMAGE_MARKER").read_text() == "inside-hpc-launch-test-image\n"
     capsules = [c.read_text() for c in (shared_workdir / ".hpc-launch").rglob("capsule.json")]
