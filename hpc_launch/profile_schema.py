@@ -195,10 +195,13 @@ class Stage(_Strict):
     timeout_s: Annotated[int, Meta(ge=10, le=3600)] = 300  # for the tree to connect, and the most a node may wait
     # directives a job needs only when it stages: the request for the node-local disk (Frontier: -C nvme)
     directives: List[str] = []
+    # a --container image file/directory staged too (container.staging): unset, whenever staging is on;
+    # true, even alone; false, never (the ranks read the shared image)
+    image: Optional[bool] = None
 
     @property
     def on(self) -> bool:
-        return self.env or self.data is not None
+        return self.env or self.data is not None or self.image is True
 
     def __post_init__(self) -> None:
         for key, value in (("dest", self.dest), ("data", self.data)):

@@ -35,7 +35,7 @@ from .common import MAX_WALLTIME_S as MAX_WALLTIME_S
 from .failover import failover_of
 from .group import group_of
 from .job import ResolvedJob as ResolvedJob
-from .staging import check_container, staged_profile
+from .staging import container_profile, staged_profile
 
 
 def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host: str = LOCAL_HOST) -> ResolvedJob:
@@ -44,7 +44,7 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
     launcher = launchers.get(profile.launch.launcher)
     has_scheduler = dialect.has_scheduler
     p = staged_profile(spec, profile, launcher)
-    check_container(spec, p)
+    p = container_profile(spec, p)
     spec = hosts.without_excluded(spec, p, dialect)
     spec = directives.with_directive_options(spec, p, dialect)
     directives.check_name(spec)

@@ -16,7 +16,8 @@ def staged_profile(spec: JobSpec, p: Profile, launcher: launchers.Launcher) -> P
     if spec.stage_env is None and spec.stage_data is None:
         return p
     if spec.stage_env is False:
-        return replace(p, stage=Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s, directives=p.stage.directives))
+        off = Stage(dest=p.stage.dest, timeout_s=p.stage.timeout_s, directives=p.stage.directives, image=False)
+        return replace(p, stage=off)
     option = "--stage-env" if spec.stage_env else "--stage-data"
     if not launcher.per_node:
         raise SpecError(
@@ -30,6 +31,7 @@ def staged_profile(spec: JobSpec, p: Profile, launcher: launchers.Launcher) -> P
             dest=p.stage.dest,
             timeout_s=p.stage.timeout_s,
             directives=p.stage.directives,
+            image=p.stage.image,
         )
     except ValueError as exc:
         fix = "set stage.dest, the node-local directory, in your profile (docs/staging.md)"
@@ -37,8 +39,15 @@ def staged_profile(spec: JobSpec, p: Profile, launcher: launchers.Launcher) -> P
     return replace(p, stage=stage)
 
 
-def check_container(spec: JobSpec, p: Profile) -> None:
+def container_profile(spec: JobSpec, p: Profile) -> Profile:
+    """The profile with the job's image staged too, or not (docs/containers.md); a --container on a
+    site without wiring is a one-line error naming what to add."""
     if spec.container:
         from ..container import container_of
 
-        container_of(p, spec.container)  # a one-line error naming what to add where the site has no wiring
+        container_of(p, spec.container)
+    if spec.container or p.stage.image is not None:
+        from ..container import staging
+
+        p = replace(p, stage=staging(p, spec.container))
+    return p
