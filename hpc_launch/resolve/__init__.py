@@ -107,6 +107,6 @@ def resolve(spec: JobSpec, profile: Profile, *, cwd: Optional[str] = None, host:
         chain=spec.chain,
         exclude=exclude if has_scheduler else [],
         spares=spares,
-        failover=failover_of(spec, train_args),
+        failover=failover_of(spec, train_args, staged=p.stage.on),
         container=spec.container or None,
     )

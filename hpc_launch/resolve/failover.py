@@ -9,7 +9,7 @@ from ..spec import JobSpec
 from .common import MAX_SPARES
 
 
-def failover_of(spec: JobSpec, train_args: List[str]) -> int:
+def failover_of(spec: JobSpec, train_args: List[str], staged: bool = False) -> int:
     """--failover N, checked (its spares and launcher were checked with --spares'): the ranks restart
     on a spare from the newest checkpoint, so the training must write one."""
     n = spec.failover or 0
@@ -19,6 +19,13 @@ def failover_of(spec: JobSpec, train_args: List[str]) -> int:
         raise SpecError(
             "--failover restarts the shipped entrypoint from its checkpoint; a --script resumes as it sees fit",
             hint="drop --failover (use --spares K), or train with the entrypoint and --checkpoint-dir",
+        )
+    if n and staged:
+        # the copies are made before the ranks start, on the nodes they start on: a spare swapped in
+        # later would run from a node-local path that holds nothing
+        raise SpecError(
+            "--failover with node-local staging: a spare swapped in has no node-local copy of the venv, data or image",
+            hint="drop --stage-env/--stage-data (or give --no-stage), or drop --failover",
         )
     if (
         n
