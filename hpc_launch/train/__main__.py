@@ -162,7 +162,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _print_config(args) -> int:
-    from .trainer import resolve_config
+    from .run_plan import resolve_config
 
     args.total_steps = args.steps or 1000
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout; keep stdout pure JSON
