@@ -11,6 +11,7 @@ from hpc_launch import protocol
 
 from . import checkpoint, dist, engine_start
 from .engine_start import TrainState
+from .metrics import StepMeter, step_line  # standard library only; imported once, not each logged step
 from .run_plan import finished_checkpoint, plan, process_start
 from .stop import RESUMABLE_EXIT, StopRequest
 
@@ -102,7 +103,6 @@ def _train(state: TrainState) -> Optional[int]:
     import torch.nn.functional as F
 
     from . import watchdog
-    from .metrics import StepMeter
 
     args, kind, accum = state.args, state.plan.kind, state.plan.batch.accum
     engine, device, dtype, to_layout = state.engine, state.device, state.dtype, state.to_layout
@@ -162,8 +162,6 @@ def _log_step(state: TrainState, step: int, epoch: int, loss_sum, meter) -> bool
     steps line up with it): [loss sum, ranks asked]."""
     import deepspeed.comm as dcomm
     import torch
-
-    from .metrics import step_line
 
     engine, info, accum = state.engine, state.plan.info, state.plan.batch.accum
     shared = torch.stack([loss_sum.float() / accum, torch.tensor(float(state.stop.local()), device=state.device)])
