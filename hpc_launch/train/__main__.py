@@ -24,10 +24,7 @@ def _monitors(text: str) -> tuple:
         raise argparse.ArgumentTypeError(err.one_line()) from None
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m hpc_launch.train", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+def _add_model_and_data(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default="resnet50",
@@ -51,12 +48,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="language models on a text file: a local tokenizer directory (default: the model directory's, else bytes)",
     )
+
+
+def _add_length_and_batch(p: argparse.ArgumentParser) -> None:
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, default=None, help="optimizer steps (default: --epochs 1)")
     length.add_argument("--epochs", type=int, default=None)
     p.add_argument("--micro-batch", type=int, default=None, help="per-rank micro-batch (default 32)")
     p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
     p.add_argument("--global-batch", type=int, default=None, help="= micro-batch x grad-accum x world size")
+
+
+def _add_deepspeed_and_checkpoints(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero", type=int, default=2, choices=(0, 1, 2, 3), help="ZeRO stage")
     p.add_argument("--offload", default="none", choices=OFFLOADS)
     p.add_argument("--precision", default="fp32", choices=PRECISIONS)
@@ -64,6 +67,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
     p.add_argument("--resume", default="auto", help="auto | never | PATH (checkpoint dir or global_stepN folder)")
+
+
+def _add_training_settings(p: argparse.ArgumentParser) -> None:
+    """Logging pace, learning rate, data loading, memory layout, bf16's form, seed."""
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument(
@@ -86,6 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "auto: autocast for models with BatchNorm on accelerators",
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def _add_monitors(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--monitor",
         default="none",
@@ -95,6 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--monitor-dir", default="runs", help="output folder of the csv/tensorboard/wandb monitors")
     p.add_argument("--job-name", default="hpc-train")
+
+
+def _add_synthetic_eval_and_tools(p: argparse.ArgumentParser) -> None:
+    """Image and synthetic data's shape, evaluation, the informational modes, the launcher's own flag."""
     p.add_argument(
         "--image-size", type=int, default=None, help="default: 224 image folders, 32 synthetic and cifar10, 8 digits"
     )
@@ -111,7 +125,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--list-models", action="store_true")
     # Appended by the deepspeed launcher; the rank itself comes from the environment (hpc_launch/train/dist.py).
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The options in the order --help lists them."""
+    p = argparse.ArgumentParser(
+        prog="python -m hpc_launch.train", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    _add_model_and_data(p)
+    _add_length_and_batch(p)
+    _add_deepspeed_and_checkpoints(p)
+    _add_training_settings(p)
+    _add_monitors(p)
+    _add_synthetic_eval_and_tools(p)
+    return p
+
+
+def _settle_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The defaults that depend on other options or on the job, and the counts that must be at least 1."""
     if args.steps is None and args.epochs is None:
         args.epochs = 1
     for name in ("steps", "epochs", "log_every", "seq_len"):
@@ -126,8 +157,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    return _settle_defaults(_parser().parse_args(argv))
+
+
 def _print_config(args) -> int:
-    from .trainer import resolve_config
+    from .run_plan import resolve_config
 
     args.total_steps = args.steps or 1000
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout; keep stdout pure JSON

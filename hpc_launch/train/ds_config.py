@@ -90,22 +90,8 @@ def stages_text(stages) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def build_config(
-    *,
-    batch: Batch,
-    zero: int = 0,
-    offload: str = "none",
-    precision: str = "fp32",
-    lr: float = 1e-3,
-    total_steps: int = 1000,
-    on_cpu: bool = False,
-    monitor: str | tuple = "none",
-    monitor_dir: str = "runs",
-    job_name: str = "hpc-train",
-    fused_adamw: bool = False,
-) -> dict:
-    """The preset: AdamW + warmup/cosine LR, ZeRO stage, offload, precision, monitor.
-    `fused_adamw`: torch has a fused AdamW kernel for this device (`fused_adamw_available`)."""
+def _check_choices(zero: int, offload: str, precision: str) -> None:
+    """Refuse a stage, offload or precision the presets do not know, or an offload the stage cannot do."""
     if zero not in ZERO_STAGES:
         raise TrainError(f"--zero must be one of 0,1,2,3, got {zero}")
     if offload not in OFFLOADS:
@@ -116,7 +102,10 @@ def build_config(
         why = " (only ZeRO-3 partitions parameters)" if offload == "optimizer+params" else ""
         raise TrainError(f"--offload {offload} needs --zero {stages_text(OFFLOAD_STAGES[offload])}{why}")
 
-    cfg: dict = {
+
+def _base_config(batch: Batch, zero: int, lr: float, total_steps: int) -> dict:
+    """The batch, AdamW with warmup/cosine LR over `total_steps`, and the ZeRO stage."""
+    return {
         "train_batch_size": batch.global_,
         "train_micro_batch_size_per_gpu": batch.micro,
         "gradient_accumulation_steps": batch.accum,
@@ -135,6 +124,10 @@ def build_config(
         "zero_optimization": {"stage": zero},
         "wall_clock_breakdown": False,
     }
+
+
+def _choose_adamw(cfg: dict, offload: str, on_cpu: bool, fused_adamw: bool) -> None:
+    """torch's AdamW (fused where it can be) wherever DeepSpeed's own would have to be built first."""
     if on_cpu:
         # DeepSpeed's FusedAdam and CPUAdam are JIT-compiled ops (a minute cold); on a CPU-only run
         # torch's AdamW does the same work where the parameters already are, with nothing to build.
@@ -150,7 +143,10 @@ def build_config(
         # torch's fused AdamW: one kernel over all parameters instead of a loop of small ops; the
         # same update (tests/train/test_ds_config.py), 5x faster per step on CPU (docs/training.md).
         cfg["optimizer"]["params"]["fused"] = True
-    zero_cfg = cfg["zero_optimization"]
+
+
+def _zero_settings(zero_cfg: dict, zero: int, offload: str, on_cpu: bool) -> None:
+    """Buckets from ZeRO-2 on, and where the offloaded optimizer states and parameters go."""
     if zero >= 2:
         zero_cfg.update(
             {
@@ -165,6 +161,9 @@ def build_config(
     if offload == "optimizer+params":
         zero_cfg["offload_param"] = {"device": "cpu", "pin_memory": not on_cpu}
 
+
+def _precision_settings(cfg: dict, precision: str) -> None:
+    """bf16 or fp16 weights, with buffers (BatchNorm's statistics) in the same type."""
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
         # DeepSpeed (>= 0.18) casts parameters only; BatchNorm then refuses bf16 input with fp32 running
@@ -183,6 +182,28 @@ def build_config(
         }
         cfg["data_types"] = {"buffer_dtype": "fp16"}  # the same BatchNorm rule as bf16
 
+
+def build_config(
+    *,
+    batch: Batch,
+    zero: int = 0,
+    offload: str = "none",
+    precision: str = "fp32",
+    lr: float = 1e-3,
+    total_steps: int = 1000,
+    on_cpu: bool = False,
+    monitor: str | tuple = "none",
+    monitor_dir: str = "runs",
+    job_name: str = "hpc-train",
+    fused_adamw: bool = False,
+) -> dict:
+    """The preset: AdamW + warmup/cosine LR, ZeRO stage, offload, precision, monitor.
+    `fused_adamw`: torch has a fused AdamW kernel for this device (`fused_adamw_available`)."""
+    _check_choices(zero, offload, precision)
+    cfg = _base_config(batch, zero, lr, total_steps)
+    _choose_adamw(cfg, offload, on_cpu, fused_adamw)
+    _zero_settings(cfg["zero_optimization"], zero, offload, on_cpu)
+    _precision_settings(cfg, precision)
     # TensorBoard and W&B are opened by hpc_launch/train/monitor.py after the resume, where the step is known
     monitors = parse_monitors(monitor) if isinstance(monitor, str) else tuple(monitor)
     if "csv" in monitors:

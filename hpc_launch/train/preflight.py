@@ -4,8 +4,9 @@ Every rank publishes what it is (rank, host, local rank, threads, CPU binding, d
 interface) in the rendezvous store, with a deadline, before any process group exists: a rank
 claimed twice or a rank that never came is named in seconds instead of hanging the process
 group's init for its 30-minute timeout. Rank 0 checks the whole world against the job's plan
-($HPC_LAUNCH_RANKS_PER_NODE) and writes one verdict every rank reads. Then the process group
-starts on the same store and one small all-reduce proves the backend moves data and measures it.
+($HPC_LAUNCH_RANKS_PER_NODE; the checks are preflight_world.py's) and writes one verdict every
+rank reads. Then the process group starts on the same store and one small all-reduce proves the
+backend moves data and measures it.
 
 On failure every rank stops with protocol.EXIT_PREFLIGHT, the log says which host and which fact
 and the fix (`[hpc-launch] preflight failed: ...`, read by `doctor`), and a host whose interface
@@ -22,27 +23,18 @@ import socket
 import struct
 import sys
 import time
-from collections import defaultdict
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional
 
 from hpc_launch import protocol
 
 from .errors import PreflightError
+from .preflight_world import Problem, check
 from .rank_info import RankInfo
 
 _KEY = "hpc-launch/preflight"
 _SIOCGIFFLAGS, _SIOCGIFADDR, _IFF_UP = 0x8913, 0x8915, 0x1
 PROBE_BYTES = 4 << 20  # the all-reduce probe: big enough to measure, small enough for a second
-
-
-@dataclass(frozen=True)
-class Problem:
-    host: str
-    fact: str  # what differs, one line
-    fix: str
-    bad_host: bool = False  # the host itself is at fault (not the job's settings)
 
 
 # ---- what one rank is --------------------------------------------------------------------------
@@ -115,97 +107,6 @@ def local_facts(info: RankInfo, *, ifname: Optional[str], device: Optional[str])
         "if_problem": interface_problem(ifname),
         "source": info.source,
     }
-
-
-# ---- the whole world against the plan (rank 0) -------------------------------------------------
-
-
-def check(facts: Sequence[Mapping], *, world: int, ranks_per_node: Optional[int]) -> List[Problem]:
-    """Everything that differs from the plan, most telling first."""
-    problems: List[Problem] = []
-    by_host: Dict[str, List[Mapping]] = defaultdict(list)
-    for f in facts:
-        by_host[f["host"]].append(f)
-    seen_ranks = sorted(f["rank"] for f in facts)
-    if seen_ranks != list(range(world)):
-        problems.append(
-            Problem(
-                ",".join(sorted(by_host)),
-                f"ranks {seen_ranks} started, the job asked for 0..{world - 1}",
-                "check the launcher's rank count (-n, --ppn, --ntasks-per-node)",
-            )
-        )
-    for host, ranks in sorted(by_host.items()):
-        names = ", ".join(str(f["rank"]) for f in ranks)
-        if ranks_per_node and len(ranks) != ranks_per_node:
-            problems.append(
-                Problem(
-                    host,
-                    f"{len(ranks)} rank(s) ({names}) on this host, the job planned {ranks_per_node} per node",
-                    "check the launcher's per-node count (--ppn, "
-                    "--npernode, --ntasks-per-node) and the hostfile's slots",
-                )
-            )
-        locals_ = [f["local_rank"] for f in ranks]
-        if len(set(locals_)) != len(locals_):
-            problems.append(
-                Problem(
-                    host,
-                    f"ranks {names} share local ranks {sorted(locals_)}: two ranks would drive one device",
-                    "the launcher's local rank variable is wrong for this launcher"
-                    " (see hpc_launch/train/dist.py CONVENTIONS)",
-                )
-            )
-        sizes = {f["local_size"] for f in ranks if f["local_size"] is not None}
-        if sizes and sizes != {len(ranks)}:
-            problems.append(
-                Problem(
-                    host,
-                    f"the launcher says {sorted(sizes)} rank(s) per node, {len(ranks)} started here",
-                    "check the launcher's per-node count",
-                )
-            )
-        devices = [f["device"] for f in ranks if f["device"] is not None]
-        if len(set(devices)) != len(devices):
-            problems.append(
-                Problem(
-                    host,
-                    f"ranks {names} share accelerator(s) {sorted(devices)}",
-                    "give each local rank its own device (CUDA_VISIBLE_DEVICES / ZE_AFFINITY_MASK per rank, or none)",
-                )
-            )
-        for f in ranks:
-            if f["threads"] > len(f["cpus"]):
-                problems.append(
-                    Problem(
-                        host,
-                        f"rank {f['rank']} runs {f['threads']} threads in a {len(f['cpus'])}-CPU binding",
-                        f"set OMP_NUM_THREADS={len(f['cpus'])} (or the profile's launch threads) to match the binding",
-                    )
-                )
-        union = set().union(*(set(f["cpus"]) for f in ranks))
-        total = sum(f["threads"] for f in ranks)
-        if total > len(union) and not any(f["threads"] > len(f["cpus"]) for f in ranks):
-            problems.append(
-                Problem(
-                    host,
-                    f"{len(ranks)} rank(s) run {total} threads on {len(union)} CPUs",
-                    f"set OMP_NUM_THREADS={max(1, len(union) // len(ranks))} (CPUs / ranks per node)",
-                )
-            )
-        for f in ranks:
-            if f["if_problem"]:
-                problems.append(
-                    Problem(
-                        host,
-                        f["if_problem"],
-                        "set the profile's net_if to an interface every node has, "
-                        "or keep this node out (it is remembered as bad: `hpc-launch hosts`)",
-                        bad_host=True,
-                    )
-                )
-                break
-    return problems
 
 
 def _plural(n: int, word: str) -> str:

@@ -107,7 +107,7 @@ def test_print_config_checks_for_the_target_world(tmp_path):
     proc = run_python(
         [
             "-m",
-            "train",
+            "hpc_launch.train",
             "--print-config",
             "--world-size",
             "36",
