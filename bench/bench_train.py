@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_train.py --part sweep --sweep-model resnet18
     .venv/bin/python bench/bench_train.py --part phases   # per-phase, both in the same 2 processes
 
-Part 1 runs `deepspeed --num_gpus 2 --module train --zero 0` and a plain
+Part 1 runs `deepspeed --num_gpus 2 --module hpc_launch.train --zero 0` and a plain
 DistributedDataParallel loop (this file, `--ddp-worker`, under torchrun) on the same model,
 synthetic data, sampler, micro-batch and step count, alternating A/B for --repeats rounds, and
 prints the median samples/s of each and their ratio (target >= 1.0), with the load average
