@@ -404,7 +404,20 @@ def test_the_launcher_path_never_imports_matplotlib():
 # ---- a local sweep: one job per point, cancelled as a group -------------------------------------
 
 
+# A user's launch template (templates/body/launch/deepspeed.sh.j2 overridden) whose two "ranks" are
+# Python processes that wait to be cancelled: what the group's cancel must end, without two real
+# trainings' torch and DeepSpeed imports (some 16 CPU-seconds) in the fast tier.
+WAITING_RANKS = """
+python -c 'import time; time.sleep(600)' &
+python -c 'import time; time.sleep(600)' &
+wait
+"""
+
+
 def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_bin):
+    override = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "templates" / "body" / "launch"
+    override.mkdir(parents=True)
+    (override / "deepspeed.sh.j2").write_text(WAITING_RANKS)
     r = subprocess.run(
         [
             hpc_launch_bin,
