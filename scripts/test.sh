@@ -46,30 +46,42 @@ if [ $# -gt 0 ]; then  # a chosen subset, as asked
   "${pytest[@]}" --durations="${HPC_TEST_DURATIONS:-25}" "$@"
   rc=$?
 else
-  # Three runs side by side: the tests that use the testbed's pods, one at a time (there are 3;
+  # Three lanes side by side: the tests that use the testbed's pods, one at a time (there are 3;
   # two 2-node jobs together queue behind each other, and the fault injections take a pod or a
   # daemon away); the testbed tests that use no pod (`beside`: the local cluster, Grid Engine on
-  # this machine, the login sshd), one at a time; and everything else. (pytest-xdist's --dist
-  # loadgroup would do this in one run, but 3.8 under pytest 9 ignores the groups.)
-  rest_log=$(mktemp)
+  # this machine, the login sshd), one at a time, and after them the unit tests; and the training
+  # tests. (The unit and training tests were one lane: at 1100 s it was nearly as long as the pods'
+  # lane while the `beside` one sat idle after 300 s. pytest-xdist's --dist loadgroup would do this
+  # in one run, but 3.8 under pytest 9 ignores the groups.)
   beside_log=$(mktemp)
+  unit_log=$(mktemp)
+  train_log=$(mktemp)
+  beside_rc=$(mktemp)
   durations=--durations="${HPC_TEST_DURATIONS:-25}"
-  "${pytest[@]}" -m "not scheduler" "$durations" >"$rest_log" 2>&1 &
-  rest=$!
-  "${pytest[@]}" -m "scheduler and beside" "$durations" >"$beside_log" 2>&1 &
-  beside=$!
+  {
+    "${pytest[@]}" -m "scheduler and beside" "$durations" >"$beside_log" 2>&1
+    echo $? >"$beside_rc"
+    "${pytest[@]}" -m "not scheduler and not train" "$durations" >"$unit_log" 2>&1
+  } &
+  beside_then_unit=$!
+  "${pytest[@]}" -m "train and not scheduler" "$durations" >"$train_log" 2>&1 &
+  train=$!
   "${pytest[@]}" -m "scheduler and not beside" "$durations"
   rc=$?
-  wait "$beside"
-  rc_beside=$?
+  wait "$beside_then_unit"
+  rc_unit=$?
+  rc_beside=$(cat "$beside_rc")
   step "beside them: the testbed tests that use no pod"
   cat "$beside_log"
-  wait "$rest"
-  rc_rest=$?
-  step "beside them: the unit and training tests"
-  cat "$rest_log"
-  [ "$rc" = 0 ] && rc=$rc_beside
-  [ "$rc" = 0 ] && rc=$rc_rest
+  step "after those: the unit tests"
+  cat "$unit_log"
+  wait "$train"
+  rc_train=$?
+  step "beside them: the training tests"
+  cat "$train_log"
+  for lane_rc in "$rc_beside" "$rc_unit" "$rc_train"; do
+    [ "$rc" = 0 ] && rc=$lane_rc
+  done
 fi
 set -e
 step "done (pytest exit $rc)"

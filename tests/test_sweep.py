@@ -404,7 +404,20 @@ def test_the_launcher_path_never_imports_matplotlib():
 # ---- a local sweep: one job per point, cancelled as a group -------------------------------------
 
 
+# A user's launch template (templates/body/launch/deepspeed.sh.j2 overridden) whose two "ranks" are
+# Python processes that wait to be cancelled: what the group's cancel must end, without two real
+# trainings' torch and DeepSpeed imports (some 16 CPU-seconds) in the fast tier.
+WAITING_RANKS = """
+python -c 'import time; time.sleep(600)' &
+python -c 'import time; time.sleep(600)' &
+wait
+"""
+
+
 def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_bin):
+    override = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "templates" / "body" / "launch"
+    override.mkdir(parents=True)
+    (override / "deepspeed.sh.j2").write_text(WAITING_RANKS)
     r = subprocess.run(
         [
             hpc_launch_bin,
@@ -467,10 +480,17 @@ def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_
         )
 
 
-@pytest.mark.train  # two real DeepSpeed trainings, one after the other
+@pytest.mark.train  # the points' checks before submitting import torch
 def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bin):
     """No scheduler places local points: run together they would share two cores and halve each
-    other's samples/s in the report. Each point starts only after the one before it ended."""
+    other's samples/s in the report. Each point starts only after the one before it ended. The
+    points run tests/test_tune.py's stand-in trainer (a user's launch template): the order of the
+    jobs is the sweep's, whatever trains in them (two DeepSpeed start-ups cost 20 s here)."""
+    from test_tune import FAKE_LAUNCH
+
+    override = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "templates" / "body" / "launch"
+    override.mkdir(parents=True)
+    (override / "deepspeed.sh.j2").write_text(FAKE_LAUNCH)
     r = subprocess.run(
         [
             hpc_launch_bin,
@@ -481,6 +501,8 @@ def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bi
             "0,1",
             "--name",
             "turn",
+            "--env",
+            "FAKE_SECONDS=1",  # each point lasts a second: run together, they would overlap
             "--train-args",
             "--model smallcnn --data synthetic --steps 2 --micro-batch 4 --log-every 1 --no-eval",
         ],

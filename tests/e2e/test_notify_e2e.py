@@ -35,7 +35,9 @@ def _chain(cli, workdir: Path, name: str, hook_url: str, *where: str):
     cli.env["E2E_HOOK"] = hook_url
     r = cli(
         "submit", "--cluster", "tb-slurm", "--nodes", "1", "--name", name, "--walltime", "5m", "--chain", "2",
-        "--script", "code/hello.py", "--train-args", "", "--notify", "E2E_HOOK", *where, check=True,
+        "--script", "code/hello.py", "--train-args", "", "--notify", "E2E_HOOK", *where,
+        # a link's 3 tries at a webhook it cannot reach, without 7 s of pauses per message (28 s a chain)
+        "--env", "HPC_LAUNCH_NOTIFY_PAUSES=0.2,0.3", check=True,
     )  # fmt: skip
     first = r.stdout.strip().splitlines()[0]
     ids = [

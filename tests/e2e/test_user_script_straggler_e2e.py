@@ -29,14 +29,20 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 x = torch.randn(256, 256)
+stop = torch.zeros(1)
 for step in range(1, int(sys.argv[1]) + 1):
     opt.zero_grad()
     model(x).pow(2).mean().backward()
     for p in model.parameters():
         dist.all_reduce(p.grad)
     opt.step()
-    if rank == 0 and step % 20 == 0:
-        print(f"loop step {step}", flush=True)
+    if step % 20 == 0:
+        if rank == 0:
+            print(f"loop step {step}", flush=True)
+            stop.fill_(float(os.path.exists(sys.argv[2])))
+        dist.broadcast(stop, 0)  # every rank leaves at the same step
+        if stop.item():
+            break
 dist.destroy_process_group()
 """
 
@@ -45,9 +51,10 @@ def test_a_rank_beside_a_cpu_hog_is_named_a_straggler_in_a_users_loop(hpc_launch
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     script = shared_workdir / "loop.py"
     script.write_text(LOOP)
+    stop = shared_workdir / "stop"  # the loop ends early once it exists: the straggler is named by then
     job = cli.submit(
         "--cluster", "tb-slurm", "--nodes", "3", "--name", "slowmine", "--walltime", "10m", "--script", str(script),
-        "--train-args", "4000", "--env", "HPC_LAUNCH_HANG_S=60", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
+        "--train-args", f"4000 {stop}", "--env", "HPC_LAUNCH_HANG_S=60", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
     )  # fmt: skip
     log = shared_workdir / f"slowmine.o{job}"
     _wait_for(log, r"^loop step 40$", 240)
@@ -72,6 +79,7 @@ def test_a_rank_beside_a_cpu_hog_is_named_a_straggler_in_a_users_loop(hpc_launch
     finally:
         hog.send_signal(signal.SIGKILL)
         hog.wait()
+        stop.touch()
     assert m.group(2) == "pod2" and int(m.group(1)) == pids["pod2"][0] and float(m.group(3)) >= 1.4, m.group(0)
     assert "its CPU time wanted (run + run queue)" in m.string
     assert _ended(cli, job, log, timeout=600) == "done", log.read_text()[-3000:]
