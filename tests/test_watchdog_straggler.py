@@ -69,6 +69,56 @@ def test_a_rank_slowed_in_bursts_is_named_although_some_looks_catch_its_fast_ste
     assert m and 1.6 <= float(m.group(1)) <= 2.2 and 8 <= int(m.group(2)) <= 11, line  # ~10 ms against 5 ms
 
 
+# The judging rank's looks in a run of the e2e with the old rule (recorded with a print of what it
+# read): each rank's steps and its work per step at the look (ms). Rank 1, beside the hog, was slow
+# in 11 of 25 looks, never 3 in a row: the job ended with no straggler named.
+NAMED_NONE = [
+    ([52, 52, 52], [4.3, 8.6, 4.6]),
+    ([82, 79, 81], [6.8, 8.6, 6.0]),
+    ([111, 108, 108], [4.7, 5.2, 5.2]),
+    ([140, 137, 136], [5.7, 9.0, 6.1]),
+    ([169, 167, 166], [6.8, 11.0, 5.2]),
+    ([197, 194, 194], [5.2, 9.7, 7.1]),
+    ([224, 222, 222], [7.2, 9.4, 8.7]),
+    ([256, 253, 252], [6.4, 5.4, 5.7]),
+    ([284, 282, 281], [6.3, 9.4, 3.3]),
+    ([317, 313, 312], [5.7, 6.3, 6.7]),
+    ([348, 345, 345], [4.3, 8.6, 3.8]),
+    ([380, 377, 377], [3.4, 3.7, 5.7]),
+    ([412, 409, 408], [6.7, 7.3, 5.3]),
+    ([444, 441, 441], [4.7, 8.9, 5.5]),
+    ([476, 472, 472], [5.2, 9.6, 4.6]),
+    ([506, 503, 502], [4.7, 5.4, 6.7]),
+    ([536, 535, 534], [7.0, 9.5, 6.1]),
+    ([566, 564, 563], [5.7, 4.3, 4.3]),
+    ([598, 596, 593], [4.6, 5.9, 5.5]),
+    ([629, 629, 626], [4.0, 6.7, 5.6]),
+    ([658, 656, 653], [5.0, 11.2, 5.8]),
+    ([690, 688, 685], [3.6, 5.1, 4.5]),
+    ([721, 720, 718], [4.5, 12.8, 5.7]),
+    ([752, 752, 750], [4.6, 4.0, 6.0]),
+    ([782, 782, 779], [6.9, 9.3, 4.6]),
+]
+
+
+def test_the_recorded_run_that_named_no_straggler_names_rank_1_within_5_looks():
+    """Replayed as if each look's figure were the rank's average since the look before (the old
+    figure was the last few steps', noisier still): slow at looks 4 and 5, named at 5."""
+    judge = wd_mod.StragglerJudge(factor=1.4)
+    sums = [0.0, 0.0, 0.0]
+    worked = [wd_mod.WARMUP_STEPS] * 3
+    named = []
+    for look, (steps, work_ms) in enumerate(NAMED_NONE, start=1):
+        for r in range(3):
+            sums[r] += (steps[r] - worked[r]) * work_ms[r] / 1000
+            worked[r] = steps[r]
+        progress = [
+            wd_mod.Progress(r, f"pod{r + 1}", steps[r], 0.0, sums[r], 0.0, False, 1, steps[r]) for r in range(3)
+        ]
+        named += [(look, p.rank, round(times, 1)) for p, times, _median in judge.look(progress)]
+    assert named == [(5, 1, 1.6)]
+
+
 def test_healthy_ranks_with_jitter_are_never_named(world, monkeypatch):
     def jittery(look: int, i: int) -> float:
         return 0.004 if (look * PER_LOOK + i) % 7 else 0.012  # one slower step in seven, as a healthy rank's data loads
