@@ -3,18 +3,18 @@ stopped first, when a job counts as hung, who is a straggler."""
 
 from __future__ import annotations
 
-from hpc_launch.train.watchdog import WARMUP_STEPS, Limits, Progress, hang_bound, smoothed_work, stalled, stragglers
+from hpc_launch.train.watchdog import Limits, Progress, hang_bound, stalled, stragglers
 
 NOW = 10_000.0
 
 
 def _p(rank, step, at, *, beat=NOW, work=0.02, busy=False, host=None):
-    return Progress(rank, host or f"pod{rank + 1}", step, at, work, beat, busy, 1000 + rank)
+    return Progress(rank, host or f"pod{rank + 1}", step, at, work, beat, busy, 1000 + rank, step)
 
 
 def test_progress_travels_through_the_store_as_one_line():
     p = _p(2, 41, 1234.5, work=0.0315, busy=True, host="x3001c0s13b0n0.hsn.cm.polaris.alcf.anl.gov")
-    assert Progress.decode(2, p.encode()) == Progress(2, p.host, 41, 1234.5, 0.0315, NOW, True, 1002)
+    assert Progress.decode(2, p.encode()) == Progress(2, p.host, 41, 1234.5, 0.0315, NOW, True, 1002, 41)
 
 
 def test_a_stopped_process_is_named_by_its_stale_heartbeat_even_at_the_same_step():
@@ -54,26 +54,15 @@ def test_the_bound_follows_the_measured_step_time_above_a_floor():
 
 
 def test_a_rank_slower_than_the_median_by_the_factor_is_a_straggler_and_only_it():
-    ranks = [_p(0, 9, NOW, work=0.020), _p(1, 9, NOW, work=0.046), _p(2, 9, NOW, work=0.021)]
-    slow = stragglers(ranks, factor=1.5)
+    work = {0: 0.020, 1: 0.046, 2: 0.021}
+    slow = stragglers(work, factor=1.5)
     assert list(slow) == [1] and round(slow[1], 1) == 2.2
-    assert stragglers(ranks, factor=3.0) == {}
-    assert stragglers([_p(0, 9, NOW, work=0.02)], factor=1.5) == {}  # one rank: no one to compare with
+    assert stragglers(work, factor=3.0) == {}
+    assert stragglers({0: 0.02}, factor=1.5) == {}  # one rank: no one to compare with
+    assert stragglers({0: 0.02, 1: 0.0, 2: 0.05}, factor=1.5) == {}  # a rank not measured yet is no median
 
 
 def test_limits_from_the_environment_with_sane_defaults():
     assert Limits.from_env({}) == Limits(300.0, 20.0, 1.5)
     assert Limits.from_env({"HPC_LAUNCH_HANG_S": "15", "HPC_LAUNCH_STRAGGLER_FACTOR": "2"}) == Limits(15.0, 20.0, 2.0)
     assert Limits.from_env({"HPC_LAUNCH_HANG_S": "soon"}).floor_s == 300.0
-
-
-def test_the_warm_up_steps_do_not_count_toward_a_rank_being_slow():
-    # seen on the testbed: a rank's first step (allocator, caches) took 110 ms against 6 ms after
-    work = 0.0
-    for step, took in enumerate([0.110, 0.090] + [0.006] * (WARMUP_STEPS - 2), start=1):
-        work = smoothed_work(work, step, took)
-    assert work == 0.0  # not known yet: stragglers() leaves the rank out
-    assert stragglers([_p(0, 10, NOW, work=work), _p(1, 10, NOW, work=0.006), _p(2, 10, NOW, work=0.006)], 1.5) == {}
-    work = smoothed_work(work, WARMUP_STEPS + 1, 0.006)
-    assert work == 0.006
-    assert smoothed_work(work, WARMUP_STEPS + 2, 0.016) == 0.8 * 0.006 + 0.2 * 0.016
