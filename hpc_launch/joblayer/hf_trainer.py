@@ -17,25 +17,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from . import api
-
-REQUEUED = ("SLURM_RESTART_COUNT", "PBS_RUN_COUNT")  # a requeued job's count of earlier runs (PBS counts from 1)
 
 
 def _say(line: str) -> None:
     print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
-
-
-def resumed_job(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether this job continues an earlier one (a chain link, or a requeue)."""
-    if env.get("HPC_LAUNCH_CHECKPOINT_DIR"):
-        return True
-    counts = {name: env.get(name, "") for name in REQUEUED}
-    return (counts["SLURM_RESTART_COUNT"].isdigit() and int(counts["SLURM_RESTART_COUNT"]) > 0) or (
-        counts["PBS_RUN_COUNT"].isdigit() and int(counts["PBS_RUN_COUNT"]) > 1
-    )
 
 
 def stop_callback(callback_base: type) -> Any:
@@ -63,7 +51,7 @@ def wrap_train(train: Callable[..., Any], callback_base: type, last_checkpoint: 
             self.add_callback(self._hpc_launch_stop)
         given = bool(args) or "resume_from_checkpoint" in kwargs
         output_dir = getattr(getattr(self, "args", None), "output_dir", None)
-        if not given and output_dir and resumed_job() and os.path.isdir(output_dir):
+        if not given and output_dir and api.resumed_job() and os.path.isdir(output_dir):
             found = last_checkpoint(output_dir)
             if found:
                 _say(f"the Trainer resumes from {found} (the newest checkpoint in its output_dir)")
