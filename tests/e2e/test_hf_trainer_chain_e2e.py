@@ -19,7 +19,10 @@ from hf_t5_script import SCRIPT
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.chain, pytest.mark.train]
 
-MAX_STEPS, PAUSE_S = 600, 0.05
+# link 1 ends at its deadline, 120 s after it starts (walltime 4m less --stop-before 2m): 280 steps of
+# 0.42-0.5 s (the pause and the step itself) outlast it whatever its start-up, and link 2, given the same
+# 120 s, finishes the rest (with 40 s of start-up in each link: 120 steps, 60 s)
+MAX_STEPS, PAUSE_S = 280, 0.4
 
 
 def _ended(cli, job: str, log: Path, timeout: float) -> str:
@@ -44,14 +47,14 @@ def test_the_hf_trainer_stops_at_link_ones_deadline_and_link_two_resumes_its_glo
     out = shared_workdir / "t5-out"
     t0 = time.monotonic()
     r = cli(
-        "submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "t5", "--walltime", "3m",
+        "submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "t5", "--walltime", "4m",
         "--stop-before", "2m", "--chain", "2", "--script", str(script),
         "--train-args", f"{out} {MAX_STEPS} {PAUSE_S}", check=True,
     )  # fmt: skip
     first = r.stdout.strip().splitlines()[-1]
     second = re.search(r"chain link 2 of 2: (\S+)", r.stderr).group(1)  # type: ignore[union-attr]
     log1, log2 = shared_workdir / f"t5.o{first}", shared_workdir / f"t5.o{second}"
-    assert _ended(cli, first, log1, 240) == "done"
+    assert _ended(cli, first, log1, 300) == "done"
     assert _ended(cli, second, log2, 240) == "done"
     took = time.monotonic() - t0
     text1, text2 = log1.read_text(errors="replace"), log2.read_text(errors="replace")
