@@ -86,7 +86,7 @@ REASON_WORDS: Dict[str, str] = {
     "Resources": "waiting for nodes",
     "Dependency": "waiting for the job it depends on to end",
     "DependencyNeverSatisfied": "the job it depends on ended in a way that never satisfies it",
-    "BeginTime": "its --begin time has not come",
+    "BeginTime": "its --begin time has not come (a requeued job: Slurm's pause before it runs again)",
     "JobHeldUser": "held by its owner (`scontrol release ID` lets it run)",
     "JobHeldAdmin": "held by an administrator",
     "ReqNodeNotAvail": "a node it needs is down, drained or reserved",

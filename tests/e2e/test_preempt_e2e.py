@@ -142,8 +142,11 @@ def _preempt_and_check(cli, job: str, log: Path, total: int) -> None:
     asked = time.time()
     saved = _wait_for(log, r"^preempt-script rank 0 saved step (\d+) at ([\d.]+)$", 30)
     _wait_for(log, r"^\[hpc-launch\] preempted at \S+: Slurm requeues job", 15)
-    queued = cli("status", job, check=True).stdout
-    assert re.search(rf"^{job}\s+\S+\s+\S+\s+queued\b", queued, re.M), queued
+    deadline, queued = time.monotonic() + 15, ""
+    while time.monotonic() < deadline and "a requeued job" not in queued:  # Slurm's own words, then ours
+        queued = cli("status", job, check=True).stdout
+        time.sleep(0.5)
+    assert re.search(rf"^{job}\s+\S+\s+\S+\s+queued\b.*a requeued job", queued, re.M), queued
     assert cli.wait_state(job, {"done", "failed", "cancelled", "timeout"}, timeout=150) == "done", log.read_text()
 
     text = log.read_text(errors="replace")
