@@ -137,3 +137,52 @@ def test_lightning_saves_and_stops_on_the_jobs_request_and_the_next_link_resumes
     for rank in (0, 1):
         assert _steps(second[rank], rank) == list(range(at + 1, MAX_STEPS + 1)), second[rank][-2000:]
         assert f"lightning-script rank {rank} ends at global_step {MAX_STEPS}" in second[rank]
+
+
+class _Fit:
+    """What the wrapper touches of Lightning's Trainer: default_root_dir, callbacks, is_global_zero, fit()."""
+
+    def __init__(self, root):
+        self.default_root_dir, self.callbacks, self.is_global_zero, self.got = str(root), [], True, "unset"
+
+    def fit(self, model, train_dataloaders=None, val_dataloaders=None, datamodule=None, ckpt_path=None):
+        self.got = ckpt_path
+
+
+def _fit_class():
+    from hpc_launch.joblayer import lightning as adapter
+
+    cls = type("Trainer", (_Fit,), {})
+    cls.fit = adapter.wrap_fit(cls.fit, object)
+    return cls
+
+
+def _ckpts(where: Path, *names: str) -> None:
+    where.mkdir(parents=True)
+    for i, name in enumerate(names):
+        (where / name).write_text("")
+        os.utime(where / name, (1_000_000 + i, 1_000_000 + i))  # the later, the newer
+
+
+def test_a_requeued_run_without_a_chain_resumes_from_the_newest_under_default_root_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPC_LAUNCH_CHECKPOINT_DIR", raising=False)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    _ckpts(tmp_path / "hpc-launch-checkpoints", "step=10.ckpt", "step=30.ckpt")
+    t = _fit_class()(tmp_path)
+    t.fit("model")
+    assert t.got == str(tmp_path / "hpc-launch-checkpoints" / "step=30.ckpt")
+    assert [type(cb).__name__ for cb in t.callbacks] == ["StopForTheJob"]
+
+
+def test_a_first_start_and_the_scripts_own_ckpt_path_are_left_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPC_LAUNCH_CHECKPOINT_DIR", raising=False)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("PBS_RUN_COUNT", raising=False)
+    _ckpts(tmp_path / "hpc-launch-checkpoints", "step=10.ckpt")
+    first = _fit_class()(tmp_path)
+    first.fit("model")
+    assert first.got is None
+    monkeypatch.setenv("PBS_RUN_COUNT", "2")  # a PBS rerun: resumed, but the script named its own
+    own = _fit_class()(tmp_path)
+    own.fit("model", ckpt_path="mine.ckpt")
+    assert own.got == "mine.ckpt"
