@@ -14,7 +14,7 @@ from .records import JobRecord, JobStore
 from .states import JobState
 from .jobs import read_whole_log, state_poller, transport_for
 from .jobs.state import start_words
-from .protocol import EXIT_SIGINT, FAILOVER_PREFIX
+from .protocol import EXIT_SIGINT, FAILOVER_PREFIX, PREEMPTED_PREFIX, REQUEUED_RUN
 
 
 def _exit_code(state: JobState, code: Optional[int]) -> int:
@@ -186,7 +186,7 @@ def summary_block(
     if state in (JobState.FAILED, JobState.TIMEOUT):
         s.cause = diagnosis_lines(log_text, rec, code)
     text = format_summary(s, rec.job_id)
-    hosts = host_lines(rec, log_text)
+    hosts = host_lines(rec, log_text) + requeue_lines(log_text, state)
     if hosts:  # before the log's path, which stays the last line
         head, _, last = text.rpartition("\n")
         text = "\n".join([head, *hosts, last])
@@ -224,6 +224,22 @@ def host_lines(rec: JobRecord, log_text: str) -> List[str]:
             + ": later jobs avoid them (`hpc-launch hosts`)"
         )
     return lines
+
+
+def requeue_lines(log_text: str, state: JobState) -> List[str]:
+    """How often the scheduler ran the job again (a preemption, a node lost) and how its last run ended."""
+    runs = [int(n) for n in re.findall(REQUEUED_RUN, log_text, re.M)]
+    preempted = re.findall("^" + re.escape(PREEMPTED_PREFIX) + r"(\S+): (\w+) requeues", log_text, re.M)
+    if not runs and not preempted:
+        return []
+    last = max(runs, default=1)
+    why = "by the scheduler"
+    if preempted:
+        why = f"preempted at {', '.join(at for at, _ in preempted)} ({preempted[0][1]})"
+    if last == 1:  # preempted, not started again yet
+        return [f"  requeued  {why}: waiting to run again"]
+    end = "ran to the end" if state == JobState.DONE else f"ended {state.value}"
+    return [f"  requeued  {last - 1} time{'s' if last > 2 else ''}: {why}, run {last} {end}"]
 
 
 def diagnosis_lines(log_text: str, rec: JobRecord, code: Optional[int]) -> List[str]:

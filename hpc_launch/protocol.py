@@ -210,6 +210,12 @@ ENV_BAD_HOSTS = "HPC_LAUNCH_BAD_HOSTS"
 FAILOVER_PREFIX = "[hpc-launch] failover: "
 
 
+# A run the scheduler preempted and requeues says so as it ends (dialects' preempted_shell), and a
+# run the scheduler started again says which run it is: both read back for the summary.
+PREEMPTED_PREFIX = "[hpc-launch] preempted at "
+REQUEUED_RUN = r"^\[hpc-launch\] run (\d+) of job \S+: \w+ requeued it$"
+
+
 # A chain link that found bad hosts keeps the links waiting for it off them before it exits, and
 # says so in its log: `[hpc-launch] next link kept off HOSTS: job ID` (read back for the summary).
 KEPT_OFF_PREFIX = "[hpc-launch] next link kept off "

@@ -360,6 +360,9 @@ def render(
         capsule=q(protocol.capsule_relpath(job.name, stamp)),
         import_from=path_expr(job.import_from) if job.import_from else None,
         restarted=Sh(dialect.restarted_shell) if isinstance(dialect, RestartNotice) else None,
+        preempted=Sh(dialect.preempted_shell)
+        if isinstance(dialect, RestartNotice) and dialect.preempted_shell
+        else None,
         keep_next_links_off=Sh(dialect.keep_dependents_off_shell)
         if job.chain > 1 and isinstance(dialect, ChainHandOff)
         else None,

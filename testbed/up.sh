@@ -248,13 +248,21 @@ KillWait=5
 OverTimeLimit=0
 Waittime=0
 EnforcePartLimits=ALL
+# Preemption by partition: a job of urgent (PriorityTier 2) that needs the nodes of a job of
+# preempt requeues it (slurm.conf(5) PreemptType, PreemptMode=REQUEUE). Its tasks get SIGTERM at
+# once and the job is requeued when it ends, or at the latest GraceTime (20 s) later; debug and
+# short are never preempted (PreemptMode=OFF).
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 CONF
   for i in $(seq 1 "$TB_PODS"); do
     echo "NodeName=pod$i NodeAddr=$(tb_pod_ip "$i") CPUs=2 RealMemory=2000 State=UNKNOWN"
   done >> "$new"
   cat >> "$new" <<CONF
-PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP
-PartitionName=short Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP
+PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
+PartitionName=short Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP PreemptMode=OFF
+PartitionName=preempt Nodes=$nodes Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=20
+PartitionName=urgent Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP PriorityTier=2 PreemptMode=OFF
 CONF
   if cmp -s "$new" "$SLURM_CONF_FILE"; then rm -f "$new"; SLURM_CONF_CHANGED=0
   else mv "$new" "$SLURM_CONF_FILE"; SLURM_CONF_CHANGED=1; fi

@@ -1,7 +1,7 @@
-"""The HF Trainer adapter (hpc_launch/joblayer/hf_trainer.py). transformers' Trainer cannot be
-imported here (it needs accelerate, not installed), so its mechanism is tested on what runs:
-transformers' own TrainerCallback, TrainerControl and get_last_checkpoint, on a Trainer stand-in
-with the real one's `train(resume_from_checkpoint=...)` and `add_callback`."""
+"""The HF Trainer adapter's edge cases (hpc_launch/joblayer/hf_trainer.py), fast: transformers' own
+TrainerCallback, TrainerControl and get_last_checkpoint, on a Trainer stand-in with the real one's
+`train(resume_from_checkpoint=...)` and `add_callback`. The real Trainer through the layer:
+tests/test_hf_trainer_adapter.py and tests/e2e/test_hf_trainer_chain_e2e.py."""
 
 from __future__ import annotations
 

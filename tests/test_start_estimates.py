@@ -69,7 +69,7 @@ def test_slurm_asks_once_for_all_queued_jobs_in_epoch_seconds():
     "code, words",
     [
         ("Priority", "Priority: waiting for higher-priority jobs"),
-        ("BeginTime", "BeginTime: its --begin time has not come"),
+        ("BeginTime", "BeginTime: its --begin time has not come (a requeued job: Slurm's pause before it runs again)"),
         ("ReqNodeNotAvail, UnavailableNodes:pod1", "ReqNodeNotAvail, UnavailableNodes:pod1: a node it needs is down"),
         ("QOSMaxJobsPerUserLimit", "QOSMaxJobsPerUserLimit: the QOS's per-user limit is reached"),
         ("AssocGrpGRES", "AssocGrpGRES: your account's (association's) group limit is reached"),

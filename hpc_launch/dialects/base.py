@@ -422,6 +422,10 @@ class RestartNotice:
     # Shell run at the start of every job: says so when restarted, and reports the hosts that
     # failed under the earlier run to $HPC_LAUNCH_BAD_HOSTS.
     restarted_shell: str = ""
+    # A bash function `hpc_launch_requeue_if_preempted`, called as the script exits: a run the
+    # scheduler preempted whose script ended inside the grace time (its ranks saved on the signal
+    # and exited) asks the scheduler for the requeue the site configured.
+    preempted_shell: str = ""
 
 
 class Allocation(abc.ABC):

@@ -86,7 +86,7 @@ REASON_WORDS: Dict[str, str] = {
     "Resources": "waiting for nodes",
     "Dependency": "waiting for the job it depends on to end",
     "DependencyNeverSatisfied": "the job it depends on ended in a way that never satisfies it",
-    "BeginTime": "its --begin time has not come",
+    "BeginTime": "its --begin time has not come (a requeued job: Slurm's pause before it runs again)",
     "JobHeldUser": "held by its owner (`scontrol release ID` lets it run)",
     "JobHeldAdmin": "held by an administrator",
     "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
@@ -456,6 +456,25 @@ fi
 echo "${SLURM_JOB_NODELIST:-}" >"$hpc_launch_ran_on"  # for the run after this one, if any""".replace(
         "{prefix}", protocol.BAD_HOST_PREFIX
     )
+
+    # A preempted job (PreemptMode=REQUEUE with a GraceTime) gets SIGTERM in its steps' tasks, not in
+    # the batch script, and is requeued when the grace runs out. Its ranks that save on the signal
+    # and exit inside the grace end the script early, and Slurm then ends the job COMPLETED (or FAILED),
+    # never requeued (Slurm 22.05 on the testbed): the script asks for the requeue itself while Slurm
+    # still says RUNNING with a PreemptTime (scontrol(1) show job). Not a cancelled job (CANCELLED or
+    # COMPLETING by then), nor one that ran out its grace (Slurm requeues that itself).
+    preempted_shell = r"""hpc_launch_requeue_if_preempted() {
+  local job when
+  job=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null) || return 0
+  case $job in *" JobState=RUNNING "*) ;; *) return 0 ;; esac
+  when=${job##* PreemptTime=}
+  case $when in [0-9]*) when=${when%% *} ;; *) return 0 ;; esac
+  if scontrol requeue "$SLURM_JOB_ID"; then
+    echo "{prefix}$when: Slurm requeues job $SLURM_JOB_ID (its next run resumes from what this one saved)"
+  else
+    echo "{prefix}$when, and Slurm would not requeue job $SLURM_JOB_ID (submitted with --no-requeue?)" >&2
+  fi
+}""".replace("{prefix}", protocol.PREEMPTED_PREFIX)
 
     # The next link of a chain starts the moment this one's script exits (afterany), with no
     # launcher around to move it: the ending link itself keeps it off the hosts it found bad.

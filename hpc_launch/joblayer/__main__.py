@@ -44,6 +44,12 @@ def _hf_trainer(module: ModuleType) -> None:
     hf_trainer.install(module)
 
 
+def _lightning(module: ModuleType) -> None:
+    from . import lightning  # only once the script imported Lightning's Trainer
+
+    lightning.install(module)
+
+
 def set_up(info: RankInfo) -> None:
     """This rank's torch variables, thread count, and what runs once the user's code imports torch
     or DeepSpeed (nothing of theirs is imported here)."""
@@ -60,6 +66,8 @@ def set_up(info: RankInfo) -> None:
         preempt.signal_at_deadline(request.deadline, request.signum)
         preempt.on_sigterm(request, info.rank, api.listening)
         after_import("transformers.trainer", _hf_trainer)  # the HF Trainer saves, stops and resumes
+        for name in ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"):
+            after_import(name, _lightning)  # so does Lightning's
 
 
 def main(argv: List[str]) -> None:

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
 from . import steps
 from .stop import StopRequest
@@ -62,6 +62,17 @@ def stop_agreed() -> bool:
 def listening() -> bool:
     """Whether the script ever asked stop_requested() (then SIGTERM gives it the time to save)."""
     return _ASKED[0]
+
+
+REQUEUED = ("SLURM_RESTART_COUNT", "PBS_RUN_COUNT")  # a requeued job's count of earlier runs (PBS counts from 1)
+
+
+def resumed_job(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this job continues an earlier one (a chain link, or a scheduler's requeue)."""
+    if env.get("HPC_LAUNCH_CHECKPOINT_DIR"):
+        return True
+    slurm, pbs = env.get("SLURM_RESTART_COUNT", ""), env.get("PBS_RUN_COUNT", "")
+    return (slurm.isdigit() and int(slurm) > 0) or (pbs.isdigit() and int(pbs) > 1)
 
 
 def checkpoint_dir() -> Optional[str]:

@@ -17,25 +17,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from . import api
-
-REQUEUED = ("SLURM_RESTART_COUNT", "PBS_RUN_COUNT")  # a requeued job's count of earlier runs (PBS counts from 1)
 
 
 def _say(line: str) -> None:
     print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
-
-
-def resumed_job(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether this job continues an earlier one (a chain link, or a requeue)."""
-    if env.get("HPC_LAUNCH_CHECKPOINT_DIR"):
-        return True
-    counts = {name: env.get(name, "") for name in REQUEUED}
-    return (counts["SLURM_RESTART_COUNT"].isdigit() and int(counts["SLURM_RESTART_COUNT"]) > 0) or (
-        counts["PBS_RUN_COUNT"].isdigit() and int(counts["PBS_RUN_COUNT"]) > 1
-    )
 
 
 def stop_callback(callback_base: type) -> Any:
@@ -55,6 +43,24 @@ def stop_callback(callback_base: type) -> Any:
     return StopForTheJob()
 
 
+def restore_indexed_cpu_locations() -> None:
+    """Let torch.load restore to `cpu:N`. transformers 5.17 loads a resumed optimizer with
+    map_location=args.device when the world has several ranks, and a CPU rank's device is `cpu:N`,
+    which torch's own deserializers refuse (`don't know how to restore data location of
+    torch.storage.UntypedStorage (tagged with cpu:0)`): a CPU storage stays on the CPU."""
+    import torch.serialization as serialization
+
+    if getattr(serialization, "hpc_launch_cpu_n", False):
+        return
+
+    def restore(storage: Any, location: str) -> Any:
+        return storage if location.startswith("cpu:") else None
+
+    taken = {entry[0] for entry in serialization._package_registry}  # equal priorities are compared as functions
+    serialization.register_package(max(taken, default=0) + 1, lambda obj: None, restore)  # after torch's own
+    serialization.hpc_launch_cpu_n = True  # type: ignore[attr-defined]
+
+
 def wrap_train(train: Callable[..., Any], callback_base: type, last_checkpoint: Callable[[str], Optional[str]]) -> Any:
     @functools.wraps(train)
     def train_for_the_job(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -63,11 +69,13 @@ def wrap_train(train: Callable[..., Any], callback_base: type, last_checkpoint: 
             self.add_callback(self._hpc_launch_stop)
         given = bool(args) or "resume_from_checkpoint" in kwargs
         output_dir = getattr(getattr(self, "args", None), "output_dir", None)
-        if not given and output_dir and resumed_job() and os.path.isdir(output_dir):
+        if not given and output_dir and api.resumed_job() and os.path.isdir(output_dir):
             found = last_checkpoint(output_dir)
             if found:
                 _say(f"the Trainer resumes from {found} (the newest checkpoint in its output_dir)")
                 kwargs["resume_from_checkpoint"] = found
+        if args[0] if args else kwargs.get("resume_from_checkpoint"):  # a resume, ours or the script's
+            restore_indexed_cpu_locations()
         return train(self, *args, **kwargs)
 
     train_for_the_job.hpc_launch_wrapped = True  # type: ignore[attr-defined]

@@ -78,6 +78,7 @@ hpc_launch_exit() {
   rc=$1
   trap '' TERM INT
   hpc_launch_reap || true
+  if declare -F hpc_launch_requeue_if_preempted >/dev/null; then hpc_launch_requeue_if_preempted || true; fi
   if [ "$rc" != 0 ] && read -r verdict 2>/dev/null <"$HPC_LAUNCH_VERDICT"; then
     case $verdict in [1-9] | [1-9][0-9] | 1[0-9][0-9]) rc=$verdict ;; esac
   fi
@@ -116,6 +117,18 @@ if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
   fi
 fi
 echo "${SLURM_JOB_NODELIST:-}" >"$hpc_launch_ran_on"  # for the run after this one, if any
+hpc_launch_requeue_if_preempted() {
+  local job when
+  job=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null) || return 0
+  case $job in *" JobState=RUNNING "*) ;; *) return 0 ;; esac
+  when=${job##* PreemptTime=}
+  case $when in [0-9]*) when=${when%% *} ;; *) return 0 ;; esac
+  if scontrol requeue "$SLURM_JOB_ID"; then
+    echo "[hpc-launch] preempted at $when: Slurm requeues job $SLURM_JOB_ID (its next run resumes from what this one saved)"
+  else
+    echo "[hpc-launch] preempted at $when, and Slurm would not requeue job $SLURM_JOB_ID (submitted with --no-requeue?)" >&2
+  fi
+}
 set -u
 
 # --- the capsule: what this start of the job found, beside what was submitted (`hpc-launch show JOB`) ---

@@ -1,0 +1,188 @@
+"""Lightning through the job layer with no code from the user (hpc_launch/joblayer/lightning.py):
+two real DDP ranks (gloo, CPU) of a tiny LightningModule, started as torchrun starts them, each
+through `python -m hpc_launch.joblayer`. Link 1: the job's stop file asks both ranks to stop; the
+adapter saves one checkpoint after the same step on both and ends the fit, exit 0. Link 2 (the
+chain's next link: the same $HPC_LAUNCH_CHECKPOINT_DIR): `fit()` resumes from that checkpoint by
+itself, its global step continues to max_steps, no step run twice."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_STEPS = 24
+
+# A user's Lightning script as its docs write one; nothing of hpc-launch's but the torchvision
+# import this machine's wheel needs before Lightning (hpc_launch/train/tv_compat.py).
+SCRIPT = """\
+import sys, time
+from hpc_launch.train.tv_compat import import_torchvision
+
+import_torchvision()
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+max_steps, root = int(sys.argv[1]), sys.argv[2]
+
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        time.sleep(0.05)  # a step of real length: the stop file comes while it trains
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        print(f"lightning-script rank {self.global_rank} step {self.trainer.global_step}", flush=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+g = torch.Generator().manual_seed(0)
+data = TensorDataset(torch.randn(4096, 8, generator=g), torch.randn(4096, 1, generator=g))
+trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=max_steps, default_root_dir=root,
+                    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Tiny(), DataLoader(data, batch_size=8))
+print(f"lightning-script rank {trainer.global_rank} ends at global_step {trainer.global_step}", flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _link(tmp_path: Path, n: int, stop_after: int = 0) -> list:
+    """Both ranks of one link; with stop_after, the stop file appears once rank 0 passed that step."""
+    script = tmp_path / "fit_tiny.py"
+    script.write_text(SCRIPT)
+    stop = tmp_path / f"stop.{n}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HPC_LAUNCH"))}
+    base.update(
+        PYTHONPATH=str(REPO), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1", HPC_LAUNCH_STOP=str(stop), HPC_LAUNCH_PREFLIGHT="0",
+        HPC_LAUNCH_CHECKPOINT_DIR=str(tmp_path / "chain"),
+    )  # fmt: skip
+    ranks = []
+    for rank in (0, 1):
+        out = (tmp_path / f"link{n}.rank{rank}.out").open("w")
+        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+        cmd = [sys.executable, "-m", "hpc_launch.joblayer", str(script), str(MAX_STEPS), str(tmp_path / "root")]
+        ranks.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True), out))
+    log0 = tmp_path / f"link{n}.rank0.out"
+    try:
+        if stop_after:
+            deadline = time.monotonic() + 120
+            while not re.search(rf"^lightning-script rank 0 step {stop_after}$", log0.read_text(), re.M):
+                assert time.monotonic() < deadline and ranks[0][0].poll() is None, log0.read_text()[-3000:]
+                time.sleep(0.1)
+            stop.touch()  # as the deadline, the stop signal or the scheduler's SIGTERM ask
+        codes = [p.wait(timeout=180) for p, _ in ranks]
+    finally:
+        for p, out in ranks:
+            if p.poll() is None:
+                p.kill()
+            out.close()
+    texts = [(tmp_path / f"link{n}.rank{rank}.out").read_text() for rank in (0, 1)]
+    assert codes == [0, 0], texts[0][-3000:]
+    return texts
+
+
+def _steps(text: str, rank: int) -> list:
+    return [int(s) for s in re.findall(rf"^lightning-script rank {rank} step (\d+)$", text, re.M)]
+
+
+def test_in_a_job_the_layer_imports_no_framework_until_the_script_does(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import sys\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning', 'transformers') if m in sys.modules))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "HPC_LAUNCH"))}
+    env.update(PYTHONPATH=str(REPO), HPC_LAUNCH_STOP=str(tmp_path / "stop.1"))  # in a job: the adapters wait
+    r = subprocess.run(
+        [sys.executable, "-m", "hpc_launch.joblayer", str(probe)], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout == "[]\n", r.stderr
+
+
+@pytest.mark.train
+def test_lightning_saves_and_stops_on_the_jobs_request_and_the_next_link_resumes_its_global_step(tmp_path):
+    first = _link(tmp_path, 1, stop_after=5)
+    saved = re.search(r"Lightning saved (\S+) at step (\d+) and stops", first[0])
+    assert saved, first[0][-3000:]
+    at = int(saved.group(2))
+    assert Path(saved.group(1)) == tmp_path / "chain" / f"step={at}.ckpt" and Path(saved.group(1)).is_file()
+    assert 5 <= at < MAX_STEPS
+    for rank in (0, 1):  # both ranks stopped after the same step
+        assert _steps(first[rank], rank)[-1] == at
+        assert f"lightning-script rank {rank} ends at global_step {at}" in first[rank]
+
+    second = _link(tmp_path, 2)
+    assert f"Lightning resumes from {saved.group(1)}" in second[0], second[0][-3000:]
+    for rank in (0, 1):
+        assert _steps(second[rank], rank) == list(range(at + 1, MAX_STEPS + 1)), second[rank][-2000:]
+        assert f"lightning-script rank {rank} ends at global_step {MAX_STEPS}" in second[rank]
+
+
+class _Fit:
+    """What the wrapper touches of Lightning's Trainer: default_root_dir, callbacks, is_global_zero, fit()."""
+
+    def __init__(self, root):
+        self.default_root_dir, self.callbacks, self.is_global_zero, self.got = str(root), [], True, "unset"
+
+    def fit(self, model, train_dataloaders=None, val_dataloaders=None, datamodule=None, ckpt_path=None):
+        self.got = ckpt_path
+
+
+def _fit_class():
+    from hpc_launch.joblayer import lightning as adapter
+
+    cls = type("Trainer", (_Fit,), {})
+    cls.fit = adapter.wrap_fit(cls.fit, object)
+    return cls
+
+
+def _ckpts(where: Path, *names: str) -> None:
+    where.mkdir(parents=True)
+    for i, name in enumerate(names):
+        (where / name).write_text("")
+        os.utime(where / name, (1_000_000 + i, 1_000_000 + i))  # the later, the newer
+
+
+def test_a_requeued_run_without_a_chain_resumes_from_the_newest_under_default_root_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPC_LAUNCH_CHECKPOINT_DIR", raising=False)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    _ckpts(tmp_path / "hpc-launch-checkpoints", "step=10.ckpt", "step=30.ckpt")
+    t = _fit_class()(tmp_path)
+    t.fit("model")
+    assert t.got == str(tmp_path / "hpc-launch-checkpoints" / "step=30.ckpt")
+    assert [type(cb).__name__ for cb in t.callbacks] == ["StopForTheJob"]
+
+
+def test_a_first_start_and_the_scripts_own_ckpt_path_are_left_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPC_LAUNCH_CHECKPOINT_DIR", raising=False)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("PBS_RUN_COUNT", raising=False)
+    _ckpts(tmp_path / "hpc-launch-checkpoints", "step=10.ckpt")
+    first = _fit_class()(tmp_path)
+    first.fit("model")
+    assert first.got is None
+    monkeypatch.setenv("PBS_RUN_COUNT", "2")  # a PBS rerun: resumed, but the script named its own
+    own = _fit_class()(tmp_path)
+    own.fit("model", ckpt_path="mine.ckpt")
+    assert own.got == "mine.ckpt"
