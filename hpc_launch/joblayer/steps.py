@@ -13,6 +13,7 @@ once, at its end: the watchdog had nothing to watch.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import time
@@ -131,7 +132,7 @@ def install_optimizer_hook(optim_module: Any) -> None:
     optim_module.register_optimizer_step_post_hook(_optimizer_stepped)
 
 
-def paused():
+def paused() -> contextlib.AbstractContextManager:
     """The watchdog's pause, for work during which ranks do not step by design (a long checkpoint)."""
     from . import watchdog
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from hpc_launch.protocol import ENV_STOP_SIGNAL, EXIT_RESUMABLE
 
@@ -47,7 +47,7 @@ class StopRequest:
         path = env.get(STOP_FILE) or env.get("HPC_LAUNCH_STOP") or None
         return cls(path, env.get("HPC_LAUNCH_DEADLINE") or None, stop_signal(env))
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         self.asked = True
 
     def local(self) -> bool:
@@ -55,7 +55,7 @@ class StopRequest:
             return True
         return self.asked or bool(self.path and os.path.exists(self.path))
 
-    def agreed(self, dcomm, device) -> bool:
+    def agreed(self, dcomm: Any, device: Any) -> bool:
         """True on every rank once any rank was asked to stop."""
         import torch
 

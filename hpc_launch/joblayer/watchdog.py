@@ -395,7 +395,7 @@ def _frozen_by_host(progress: List[Progress], now: float, stale_s: float) -> Dic
     return frozen
 
 
-def busy(wd: Optional[Watchdog]):
+def busy(wd: Optional[Watchdog]) -> contextlib.AbstractContextManager:
     """`with busy(wd):` around work during which ranks do not advance by design (a checkpoint)."""
     return wd.busy() if wd is not None else contextlib.nullcontext()
 

@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Mapping, Optional, Tuple
 
 from . import mail as notify_email, outbox as notify_outbox  # the package's own, standard library only
 
@@ -180,7 +180,7 @@ TRY_TIMEOUT_S = 6.0
 ROUTES = ("auto", "direct", "relay")
 
 
-def pauses(env=os.environ) -> tuple:
+def pauses(env: Mapping[str, str] = os.environ) -> tuple:
     """The pauses between tries: $HPC_LAUNCH_NOTIFY_PAUSES when it is two numbers of 0-10 s, else
     PAUSES_S (a bad value never fails the job nor stretches it past its 30 s)."""
     try:
@@ -190,7 +190,7 @@ def pauses(env=os.environ) -> tuple:
     return got if len(got) == TRIES - 1 and all(0 <= x <= 10 for x in got) else PAUSES_S
 
 
-def deliver(url: str, text: str, sleep=time.sleep) -> Optional[str]:
+def deliver(url: str, text: str, sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
     """Up to TRIES sends with pauses, under 30 s in all; None when one went, else the last reason."""
     why: Optional[str] = None
     between = pauses()
