@@ -25,7 +25,7 @@ from .errors import SpecError
 from .protocol import CAPSULE_CODE, CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_RUNS, LOCAL_HOST
 
 if TYPE_CHECKING:
-    from .spec import ResolvedJob
+    from .resolve import ResolvedJob
     from .records import JobRecord
     from .transport.base import Transport
 

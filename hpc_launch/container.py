@@ -14,10 +14,13 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, Iterable, List, Optional
 
+from msgspec.structs import replace
+
 from .errors import SpecError
-from .profiles import Container, Profile
+from .profiles import Container, Profile, Stage
 
 WORKDIR = '"$WORKDIR"'  # the job script's work dir variable (templates/body/prologue.sh.j2)
+STAGED_IMAGE = '"$HPC_LAUNCH_IMAGE"'  # the node-local copy's path, set by templates/body/container.sh.j2
 # Variables a rank needs that podman does not pass by itself (it starts from the image's
 # environment): the rendezvous, the job's protocol and every rank convention of hpc_launch/train/dist.py.
 _PODMAN_PASS = (
@@ -91,6 +94,29 @@ def container_of(profile: Profile, image: Optional[str]) -> Optional[Container]:
     return profile.container
 
 
+# Runtimes that run an image from a path (a SIF or sandbox, a squashfs, a directory), so a node-local
+# copy can stand in for it; podman-hpc and Shifter run images by name from their own stores.
+STAGEABLE = ("apptainer", "singularity", "charliecloud", "pyxis")
+
+
+def staging(profile: Profile, image: Optional[str]) -> Stage:
+    """The job's `stage:` with `image` decided: the image is staged to every node's local disk like
+    the venv (hpc_launch/stage.py --entry) when the profile says `stage.image: true`, or leaves it
+    unset and the job stages anything else; never for a registry name or a runtime that runs images
+    by name."""
+    st, c = profile.stage, profile.container
+    wanted = st.image if st.image is not None else (st.env or st.data is not None)
+    staged = bool(wanted and image and c and c.runtime in STAGEABLE and not is_reference(image, c.runtime))
+    return replace(st, image=staged)
+
+
+def staged_path(profile: Profile, record: Dict[str, Any]) -> str:
+    """Where the job's copy of the image is, as the job names it ($VAR and {host} expand on each node):
+    DEST/image/NAME, NAME the image's real name (hpc_launch/stage_nodes.entry_name)."""
+    name = (record.get("real") or record["image"]).rstrip("/").rsplit("/", 1)[-1]
+    return f"{profile.stage.dest}/image/{name}"
+
+
 def _binds(c: Container) -> List[str]:
     return [b if ":" in b else f"{b}:{b}" for b in c.binds]
 
@@ -119,12 +145,25 @@ def _bind_words(flag: str, c: Container, sep: str = " ") -> List[str]:
     return words
 
 
+def image_word(c: Container, image: str, workdir: str, staged: bool = False) -> str:
+    """The image as one shell word on the rank's line: the node-local copy's variable when staged."""
+    if staged:
+        return STAGED_IMAGE
+    return path_word(job_path(image, workdir)) if not is_reference(image, c.runtime) else shlex.quote(image)
+
+
 def exec_prefix(
-    c: Container, image: str, *, workdir: str, pass_env: Iterable[str] = (), env: Iterable[str] = ()
+    c: Container,
+    image: str,
+    *,
+    workdir: str,
+    pass_env: Iterable[str] = (),
+    env: Iterable[str] = (),
+    staged: bool = False,
 ) -> str:
     """The runtime's exec line that goes before the rank command (ending in a space), as shell;
-    empty where the launcher starts the container itself (pyxis)."""
-    img = path_word(job_path(image, workdir)) if not is_reference(image, c.runtime) else shlex.quote(image)
+    empty where the launcher starts the container itself (pyxis). `staged`: the node-local copy."""
+    img = image_word(c, image, workdir, staged)
     gpu, args = _quoted(c.gpu_flags), _quoted(c.args)
     opts = " ".join(x for x in (gpu, args) if x)
     if c.runtime in ("apptainer", "singularity"):
@@ -143,11 +182,11 @@ def exec_prefix(
     return " ".join(w for w in words if w) + " "
 
 
-def srun_options(c: Container, image: str, *, workdir: str) -> str:
+def srun_options(c: Container, image: str, *, workdir: str, staged: bool = False) -> str:
     """pyxis: the options srun takes to start every task in the image (NVIDIA/pyxis wiki, Usage)."""
     if c.runtime != "pyxis":
         return ""
-    img = path_word(job_path(image, workdir)) if not is_reference(image, c.runtime) else shlex.quote(image)
+    img = image_word(c, image, workdir, staged)
     mounts = ",".join(
         [*(f"{path_word(s)}:{path_word(d)}" for s, d in (b.split(":", 1) for b in _binds(c))), f"{WORKDIR}:{WORKDIR}"]
     )
@@ -168,7 +207,7 @@ def check_image(transport, job, workdir: str) -> Dict[str, Any]:
     word = path_word(job_path(image, workdir))
     probe = (
         f'IMG={word}; [ -r "$IMG" ] || {{ echo "$IMG"; exit 4; }}; '
-        'printf "%s\\n" "$IMG"; stat -L -c "%F|%s|%Y" -- "$IMG"; '
+        'printf "%s\\n" "$IMG"; readlink -f -- "$IMG"; stat -L -c "%F|%s|%Y" -- "$IMG"; '
         f'if [ -f "$IMG" ] && [ "$(stat -L -c %s -- "$IMG")" -le {DIGEST_MAX_BYTES} ]; then sha256sum -- "$IMG"; fi'
     )
     result = transport.run(["bash", "-c", probe], timeout=120.0)
@@ -179,15 +218,19 @@ def check_image(transport, job, workdir: str) -> Dict[str, Any]:
             f"--container: image {shown} not found or not readable on {transport.host}",
             hint="give the image's path where the job runs (copy or pull it there first), or a registry name",
         )
-    if result.rc != 0 or len(lines) < 2:
+    if result.rc != 0 or len(lines) < 3:
         raise SpecError(
             f"--container: cannot look at image {image} on {transport.host}: {result.err.strip() or result.rc}"
         )
-    kind, size, mtime = (lines[1].split("|") + ["", "", ""])[:3]
+    kind, size, mtime = (lines[2].split("|") + ["", "", ""])[:3]
     record: Dict[str, Any] = {"image": lines[0], "runtime": c.runtime, "kind": kind}
+    if lines[1] != lines[0]:
+        record["real"] = lines[1]  # what a link named: the file staged and run
     if kind.startswith("regular"):
         record["bytes"] = int(size)
     record["mtime"] = int(mtime) if mtime.isdigit() else None
-    if len(lines) > 2 and lines[2].split():
-        record["sha256"] = lines[2].split()[0]
+    if len(lines) > 3 and lines[3].split():
+        record["sha256"] = lines[3].split()[0]
+    if job.profile.stage.image:  # the ranks run the node-local copy (templates/body/stage.sh.j2)
+        record["staged"] = staged_path(job.profile, record)
     return record

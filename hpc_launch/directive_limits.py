@@ -3,7 +3,7 @@
 `-d '-l walltime=999:00:00'` must not slip past the queue's walltime limit: a directive whose key
 (the dialect's `directive_keys`) matches one of the profile's directives carrying {walltime},
 {queue}, {nodes} or {gpus_per_node} is read back through that directive into the option, so
-spec.resolve checks it as if the option had been given; another form is refused, naming the option.
+resolve checks it as if the option had been given; another form is refused, naming the option.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from .errors import HpcLaunchError, SpecError
 from .capsule import private_note, snapshot
 from .protocol import CAPSULE_CODE, LOCAL_HOST, capsule_relpath, is_local
 from .render import JobScript, render
-from .spec import JobSpec, ResolvedJob, resolve
+from .resolve import ResolvedJob, resolve
+from .spec import JobSpec
 
 if TYPE_CHECKING:
     from .records import BadHost

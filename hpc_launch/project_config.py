@@ -1,4 +1,5 @@
-"""hpc-launch.yaml: a project's defaults for `submit`, the same keys as its options, typed.
+"""hpc-launch.yaml: a project's defaults for `submit`, the same keys as its options, typed: its
+schema is built from the option table's rows (hpc_launch/options.py, each row's `yaml` kind).
 
 Its own module so that the msgspec schema is built only when a project has such a file
 (building the class costs a cold dry-run several milliseconds).
@@ -10,7 +11,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .errors import SpecError
 from .spec import JobSpec
@@ -30,43 +31,46 @@ def find_project_config(start: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
-@lru_cache(maxsize=1)
-def _schema() -> type:
-    """Built on first use: most runs have no hpc-launch.yaml and never pay for it."""
-    import msgspec
+def _kinds() -> Dict[str, Tuple[Any, Any]]:
+    """A row's `yaml` kind (hpc_launch/options.py) -> the key's type in the schema and its default."""
+    from msgspec import Meta
 
     try:
         from typing import Annotated
     except ImportError:  # Python 3.8
         from typing_extensions import Annotated
 
-    class ProjectConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-        """hpc-launch.yaml: the same keys as the submit options, typed (a typo is an error, not a default)."""
+    return {
+        "text": (Optional[str], None),
+        "count": (Optional[Annotated[int, Meta(ge=1)]], None),
+        "gpus": (Optional[Annotated[int, Meta(ge=0)]], None),
+        "port": (Optional[Annotated[int, Meta(ge=1, le=65535)]], None),
+        "time": (Optional[Union[str, int]], None),  # 90 (minutes) or "1:30:00"
+        "words": (Optional[Union[List[str], str]], None),  # a list, or one word
+        "lines": (Union[List[str], str], []),
+        "names": (List[str], []),
+        "env": (Dict[str, Union[str, int, float, bool]], {}),
+        "args": (Optional[Union[List[Union[str, int, float]], str]], None),  # a list, or one shell-quoted string
+    }
 
-        cluster: Optional[str] = None
-        nodes: Optional[Annotated[int, msgspec.Meta(ge=1)]] = None
-        gpus_per_node: Optional[Annotated[int, msgspec.Meta(ge=0)]] = None
-        queue: Optional[str] = None
-        walltime: Optional[Union[str, int]] = None
-        group: Optional[str] = None
-        name: Optional[str] = None
-        modules: Optional[Union[List[str], str]] = None
-        env: Dict[str, Union[str, int, float, bool]] = {}
-        script: Optional[str] = None
-        train_args: Optional[Union[List[Union[str, int, float]], str]] = None
-        directives: Union[List[str], str] = []
-        workdir: Optional[str] = None
-        venv: Optional[str] = None
-        conda: Optional[str] = None
-        hosts: Optional[Union[List[str], str]] = None
-        login: Optional[str] = None
-        pass_env: List[str] = []
-        notify: Optional[str] = None
-        stop_before: Optional[Union[str, int]] = None
-        chain: Optional[Annotated[int, msgspec.Meta(ge=1)]] = None
-        gather: Optional[Annotated[int, msgspec.Meta(ge=1, le=65535)]] = None
 
-    return ProjectConfig
+@lru_cache(maxsize=1)
+def _schema() -> type:
+    """hpc-launch.yaml: the JobSpec fields whose option row has a project-file kind, typed (a typo
+    is an error, not a default). Built on first use: most runs have no hpc-launch.yaml."""
+    import msgspec
+
+    kinds = _kinds()
+    fields = [(row.field, *kinds[row.yaml]) for row in _rows().values()]
+    return msgspec.defstruct("ProjectConfig", fields, module=__name__, forbid_unknown_fields=True, kw_only=True)
+
+
+def _rows() -> Dict[str, Any]:
+    """The project file's keys (JobSpec's order) -> their option rows."""
+    from . import options
+
+    rows = {row.field: row for row in options.job_rows() if row.yaml}
+    return {key: rows[key] for key in JobSpec.keys() if key in rows}
 
 
 _ALIASES = {
@@ -116,26 +120,28 @@ def load_project_config(path: Path) -> Dict[str, Any]:
             f"{path}: {where}{text[: m.start()] if m else text}",
             hint="see docs/commands.md for the keys and their types",
         ) from None
-    out: Dict[str, Any] = {}
-    for key in data:
-        value = getattr(cfg, key)
-        if key == "train_args" and isinstance(value, str):
-            import shlex
+    rows = _rows()
+    return {key: _normal(path, key, rows[key].yaml, getattr(cfg, key)) for key in data}
 
-            try:
-                value = shlex.split(value)
-            except ValueError as exc:
-                raise SpecError(f"{path}: key `train_args`: {exc}", hint="quote it as one shell word list") from None
-        elif key == "train_args" and value is not None:
-            value = [str(v) for v in value]
-        elif key == "env":
-            value = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-        elif key in ("modules", "hosts", "directives") and isinstance(value, str):
-            value = [value]
-        elif key in ("walltime", "stop_before") and value is not None:
-            value = str(value)
-        out[key] = value
-    return out
+
+def _normal(path: Path, key: str, kind: str, value: Any) -> Any:
+    """A key's value as the JobSpec field takes it: lists of strings, times as text."""
+    if kind == "args" and isinstance(value, str):
+        import shlex
+
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise SpecError(f"{path}: key `{key}`: {exc}", hint="quote it as one shell word list") from None
+    if kind == "args" and value is not None:
+        return [str(v) for v in value]
+    if kind == "env":
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    if kind in ("words", "lines") and isinstance(value, str):
+        return [value]
+    if kind == "time" and value is not None:
+        return str(value)
+    return value
 
 
 def spec_for(config: Optional[str], overrides: Dict[str, Any]):

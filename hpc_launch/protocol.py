@@ -97,7 +97,7 @@ def link_script_name(script_name: str, link: int) -> str:
 
 
 # ---- placeholders a profile may use in directives, flags and launcher arguments -------------
-# spec.ResolvedJob.placeholders() gives a value for each; profiles refuse any other name.
+# resolve.ResolvedJob.placeholders() gives a value for each; profiles refuse any other name.
 PLACEHOLDERS = (
     "nodes",
     "queue",

@@ -21,7 +21,7 @@ from msgspec.structs import replace
 from . import __version__, dialects, launchers, protocol
 from .errors import SpecError, TemplateError
 from .protocol import SCRIPT_DIR, link_script_name
-from .spec import ResolvedJob
+from .resolve import ResolvedJob
 from .dialects import Arrays, ChainHandOff, Dialect, HostExclusion, RestartNotice
 
 
@@ -254,14 +254,17 @@ def _container_context(job: ResolvedJob, python: str, *, deepspeed_cli: bool) ->
         return dict(container=None, container_exec=Sh(""), ds_container=Sh(""), container_srun=Sh(""))
     from . import container
 
-    prefix = container.exec_prefix(c, job.container, workdir=job.workdir, pass_env=job.pass_env, env=job.env)
+    staged = bool(job.profile.stage.image)  # the node-local copy (templates/body/stage.sh.j2)
+    prefix = container.exec_prefix(
+        c, job.container, workdir=job.workdir, pass_env=job.pass_env, env=job.env, staged=staged
+    )
     return dict(
         container=c,
         container_image=job.container,
         container_exec=Sh(prefix),
         # DeepSpeed's launcher runs `--no_python` ranks as given: the runtime, then the job's Python inside
         ds_container=Sh(f"--no_python --no_local_rank {prefix}{python} -u ") if deepspeed_cli else Sh(""),
-        container_srun=Sh(container.srun_options(c, job.container, workdir=job.workdir)),
+        container_srun=Sh(container.srun_options(c, job.container, workdir=job.workdir, staged=staged)),
         container_program=container.PROGRAMS.get(c.runtime),
         # site data checked by the schema to hold no quote, backslash or command substitution: $VAR expands
         container_env=[(Sh(k), Sh(v)) for k, v in c.env.items()],

@@ -90,6 +90,11 @@ def resolve(dest: str, host: str) -> str:
     return os.path.abspath(os.path.expandvars(dest).replace("{host}", host))
 
 
+def entry_name(src: str) -> str:
+    """The name SRC has in DEST when it is staged whole (an image file or directory): its real one."""
+    return os.path.basename(os.path.realpath(src))
+
+
 def own_destination(dest: str) -> None:
     """Make sure no other user can have prepared DEST or change it once staged (a shared /tmp-style
     path another user created first would run their code in the job): every directory above it,

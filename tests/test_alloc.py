@@ -167,6 +167,7 @@ def test_the_allocation_is_recorded_while_its_shell_runs_and_ends_with_it(slurm_
     shell.chmod(0o755)
     env["SHELL"] = str(shell)
     args = ["alloc", "--profile", str(PROFILES / "tb-slurm.yaml"), "-c", "tb-slurm", "-n", "2", "-t", "4:00"]
+    args += ["--no-preflight", "--stop-signal", "USR2"]  # options alloc takes are the runs' too
     got = _hpc([*args, "-N", "dbg"], env, work, stdin=subprocess.DEVNULL)
     assert got.returncode == 3, got.stderr  # the shell's exit is alloc's
     assert "allocation 4242 on tb-slurm recorded" in got.stderr
@@ -180,7 +181,8 @@ def test_the_allocation_is_recorded_while_its_shell_runs_and_ends_with_it(slurm_
     (record,) = JobStore().list()
     assert (record.job_id, record.cluster, record.name) == ("4242", "tb-slurm", "dbg")
     assert record.state == "failed" and record.exit_code == 3  # from the exit file the wrapper left
-    assert record.extra["alloc"]["options"]["nodes"] == 2  # what `run` renders its scripts from
+    options = record.extra["alloc"]["options"]  # what `run` renders its scripts from
+    assert (options["nodes"], options["preflight"], options["stop_signal"]) == (2, False, "USR2")
 
 
 def test_run_outside_an_allocation_says_how_to_get_one(tmp_path):

@@ -4,12 +4,10 @@ parser is unsure, and no typer, click or rich imported when it is sure."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -160,52 +158,42 @@ def test_the_fast_path_imports_no_typer_click_or_rich(env, tmp_path):
         assert imported <= allowed, f"{argv[0]}: {sorted(imported)}"
 
 
-def test_the_spec_is_up_to_date():
-    from hpc_launch.cli import fast_spec
+def test_the_fast_commands_are_built_from_the_rows_the_fast_path_reads():
+    """The typer command and the fast parser read the same rows (hpc_launch/options.py): each
+    typer option is its row's flags, multiplicity and default, and every row is of a kind the
+    fast parser takes (no argument), so no generated copy can go stale."""
+    from typer.main import get_command
 
-    with open(fast_spec.SPEC_FILE, encoding="utf-8") as fh:
-        committed = fh.read()
-    assert committed == fast_spec.text(), (
-        f"hpc_launch/cli/fast_spec.json is stale: the typer options of {', '.join(sorted(fast_spec.FAST_COMMANDS))} "
-        f"changed. Regenerate it: {fast_spec.REGENERATE}"
-    )
+    from hpc_launch import options
+    from hpc_launch.cli import _typer_app
+    from hpc_launch.cli.fast import FAST_COMMANDS, KINDS
 
-
-def test_the_fast_commands_are_all_fast():
-    from hpc_launch.cli import fast_spec
-
-    for name, command in json.loads(fast_spec.text())["commands"].items():
-        assert command["fast"], f"`{name}` cannot take the fast path: {command['why_not']} (hpc_launch/cli/fast.py)"
-
-
-def test_without_the_spec_file_typer_answers(env, tmp_path, monkeypatch):
-    from hpc_launch.cli import fast
-
-    monkeypatch.setattr(fast, "SPEC_FILE", str(tmp_path / "missing.json"))
-    assert fast.fast_runner(["hostfile", "--hosts", "a"]) is None
-    monkeypatch.setattr(fast, "SPEC_FILE", fast_spec_path())
-    assert fast.fast_runner(["hostfile", "--hosts", "a"]) is not None
-    assert fast.fast_runner(["submit", "--cluster", "abci"]) is None  # a real submit: typer
+    group = get_command(_typer_app())
+    for name in FAST_COMMANDS:
+        rows = list(options.of(name))
+        assert all(row.kind in KINDS for row in rows), name
+        params = group.commands[name].params  # type: ignore[attr-defined]
+        typed = [(p.name, tuple(p.opts), bool(p.multiple), p.default, p.is_flag) for p in params]
+        assert typed == [(r.name, r.flags, r.many, r.default, r.kind == "flag") for r in rows], name
 
 
-def fast_spec_path() -> str:
-    return str(Path(__file__).resolve().parents[1] / "hpc_launch" / "cli" / "fast_spec.json")
+def test_a_command_with_an_argument_goes_to_typer():
+    from hpc_launch import options
+    from hpc_launch.cli.fast import parse
+
+    assert parse(list(options.of("rerun")), ["JOB"]) is None
+    assert parse(list(options.of("rerun")), []) is None
 
 
 def test_parse_follows_clicks_parser():
     from hpc_launch.cli.fast import parse
 
+    from hpc_launch.options import Option
+
     params = [
-        {"name": "n", "flags": ["--n", "-n"], "takes_value": True, "multiple": False, "type": "int", "default": None},
-        {"name": "e", "flags": ["--e", "-e"], "takes_value": True, "multiple": True, "type": "str", "default": []},
-        {
-            "name": "f",
-            "flags": ["--f", "-f"],
-            "takes_value": False,
-            "multiple": False,
-            "type": "boolean",
-            "default": False,
-        },
+        Option("n", ("--n", "-n"), "N", "", kind="int"),
+        Option("e", ("--e", "-e"), "E", "", many=True),
+        Option("f", ("--f", "-f"), None, "", kind="flag"),
     ]
     assert parse(params, []) == {"n": None, "e": [], "f": False}
     assert parse(params, ["-n3", "--e=a=b", "-e", "-x", "-f", "--n", "4"]) == {"n": 4, "e": ["a=b", "-x"], "f": True}

@@ -36,6 +36,7 @@ def _job(cluster: str, **given):
         ("abci", {"failover": -1}, "--failover must be a whole number"),
         ("slurm", {}, "--failover: the srun launcher places ranks on every allocated node"),
         ("local", {}, "--failover needs a scheduler that allocates the nodes"),
+        ("abci", {"stage_env": True}, "a spare swapped in has no node-local copy"),
     ],
 )
 def test_failover_is_refused_in_one_line_where_it_cannot_work(cluster, given, words):

@@ -16,7 +16,15 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 # The package's modules a job-side entry may pull in besides its own: each is standard library only.
-LEAVES = {"hpc_launch", "hpc_launch.protocol", "hpc_launch.paths", "hpc_launch.capsule_probe", "hpc_launch.stage_nodes"}
+LEAVES = {
+    "hpc_launch",
+    "hpc_launch.protocol",
+    "hpc_launch.paths",
+    "hpc_launch.capsule_probe",
+    "hpc_launch.stage_nodes",
+    "hpc_launch.stage_wire",
+    "hpc_launch.stage_stream",
+}
 # The payload is the one entry that imports torch and DeepSpeed: that is its job.
 PAYLOAD = "hpc_launch.train"
 # Started by code rather than by a template line: the job layer every `--script` rank starts

@@ -127,6 +127,61 @@ def test_a_node_that_cannot_write_fails_the_job_and_is_named(tmp_path, src):
     assert [p.name for p in (tmp_path / "local").rglob("*partial*")] == []
 
 
+IMAGE_ARGS = ["--entry", "--timeout", "20", "--idle", "20"]
+
+
+def test_an_image_file_is_staged_whole_under_its_real_name_through_a_link(tmp_path):
+    """A SIF/squashfs image is one file: every node gets it byte for byte as DEST/NAME (the file a
+    link named, never the link), and --resolve says that path."""
+    hosts, hostfile, token = _tree(tmp_path, 3)
+    (tmp_path / "images").mkdir()
+    sif = tmp_path / "images" / "pytorch-24.05.sif"
+    sif.write_bytes(os.urandom(2 * stage.CHUNK + 777))
+    (tmp_path / "current.sif").symlink_to(sif)
+    dest = str(tmp_path / "local" / "{host}" / "image")
+    extra = {i: IMAGE_ARGS for i in range(3)}
+    res = _run_nodes(hostfile, token, tmp_path / "current.sif", dest, 3, extra=extra)
+    assert [r.returncode for r in res] == [0, 0, 0], [r.stderr for r in res]
+    for h in hosts:
+        assert [p.name for p in (tmp_path / "local" / h / "image").iterdir()] == ["pytorch-24.05.sif"]
+        assert (tmp_path / "local" / h / "image" / "pytorch-24.05.sif").read_bytes() == sif.read_bytes()
+    said = subprocess.run(
+        [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--resolve", dest]
+        + ["--entry", "--src", str(tmp_path / "current.sif")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert said == str(tmp_path / "local" / hosts[0] / "image" / "pytorch-24.05.sif")
+
+
+def test_a_directory_image_is_staged_whole_with_its_links(tmp_path, src):
+    """A charliecloud image is a directory tree (links such as bin -> usr/bin): DEST/NAME is that
+    tree, identical on every node."""
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    res = _run_nodes(
+        hostfile, token, src, str(tmp_path / "l" / "{host}" / "image"), 2, extra={0: IMAGE_ARGS, 1: IMAGE_ARGS}
+    )
+    assert [r.returncode for r in res] == [0, 0], [r.stderr for r in res]
+    for h in hosts:
+        assert _tree_of(tmp_path / "l" / h / "image" / "src") == _tree_of(src)
+
+
+def test_a_failed_image_staging_is_one_line_naming_the_node_and_the_fix(tmp_path, src):
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    (tmp_path / "l").mkdir()
+    (tmp_path / "l" / "127.0.0.2").write_text("not a directory")
+    args = [*IMAGE_ARGS, "--fix", "stage.dest needs room for the image on every node"]
+    res = _run_nodes(hostfile, token, src, str(tmp_path / "l" / "{host}" / "image"), 2, extra={0: args, 1: args})
+    assert [r.returncode for r in res] == [3, 3]
+    [line] = res[0].stderr.strip().splitlines()
+    assert line.startswith("[hpc-launch] stage: error on 127.0.0.2: ") and line.endswith(
+        "(stage.dest needs room for the image on every node)"
+    ), line
+    assert not (tmp_path / "l" / "127.0.0.1" / "image").exists()
+
+
 def test_a_node_that_never_starts_is_named(tmp_path, src):
     hosts, hostfile, token = _tree(tmp_path, 3)
     fast = ["--timeout", "3", "--idle", "5"]
@@ -413,7 +468,7 @@ def test_a_frame_announced_bigger_than_a_chunk_is_refused_before_it_is_read(tmp_
     child = subprocess.Popen(argv + ["--dest", str(tmp_path / "l1"), "--index", "1"], cwd=ROOT, stderr=subprocess.PIPE)
     conn, _ = fake_parent.accept()
     conn.recv(64)  # its hello
-    conn.sendall(stage._LEN.pack(0xFFFFFFF0) + b"x" * (1 << 20))  # "4 GB follow", and some
+    conn.sendall(stage.LEN.pack(0xFFFFFFF0) + b"x" * (1 << 20))  # "4 GB follow", and some
     t0 = time.monotonic()
     _, err = child.communicate(timeout=30)
     conn.close()

@@ -3,7 +3,7 @@ No transport, no file parsing, no orchestration lives here (docs/architecture.md
 
   __init__       main(), the `hpc-launch` entry: the fast path or typer, one error handling for both
   fast           `hostfile` and `submit --dry-run` without typer (well-formed command lines only)
-  fast_spec      generates fast_spec.json, the fast path's copy of those commands' options
+  declare        a command's typer options from the option table (hpc_launch/options.py)
   app            the typer apps, option parsing shared by commands, tables
   submit_cmds    submit, sweep, rerun, where      (submit's body: submit_run)
   job_cmds       logs, status, list, adopt, cancel, doctor, report, hosts

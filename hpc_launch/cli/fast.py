@@ -2,9 +2,9 @@
 
 `hostfile` runs inside every job on every node, and `submit --dry-run` is how a user checks a
 script; typer, click and rich cost more start-up than the work itself (docs/launch-cost.md). A
-well-formed command line is parsed here, driven by fast_spec.json (generated from the typer
-commands: their options, each option's flags, type and default), and handed to the same typer-free
-`read_*` function the typer command calls. Anything this parser does not fully understand (an
+well-formed command line is parsed here, driven by the option table the typer commands are built
+from too (hpc_launch/options.py: each option's flags, type and default), and handed to the same
+typer-free `read_*` function the typer command calls. Anything this parser does not fully understand (an
 unknown or misspelled option, --help, bundled short flags, an argument, a value its type refuses,
 a bad option value, shell completion) goes to typer instead, which gives its usual answer: the
 two paths differ in speed only. tests/test_cli_fast.py runs a table of command lines through both.
@@ -15,11 +15,12 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from . import COMPLETE_VAR, Runner
 
-SPEC_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_spec.json")
+if TYPE_CHECKING:
+    from ..options import Option
 
 # command -> the flag that must be set for the fast path to take it (None: any command line). A
 # real submit talks to a scheduler or over SSH, where typer's start-up is noise: only its dry-run.
@@ -34,10 +35,9 @@ def fast_runner(args: List[str]) -> Optional[Runner]:
     """What main() runs for `args` without typer, or None: typer must parse them."""
     if not args or args[0] not in FAST_COMMANDS or os.environ.get(COMPLETE_VAR):
         return None
-    spec = _command_spec(args[0])
-    if spec is None:
-        return None
-    values = parse(spec["params"], args[1:])
+    from .. import options
+
+    values = parse(list(options.of(args[0])), args[1:])
     needed = FAST_COMMANDS[args[0]]
     if values is None or (needed and not values[needed]):
         return None
@@ -46,17 +46,6 @@ def fast_runner(args: List[str]) -> Optional[Runner]:
     except Exception:  # a bad value (OptionError) or any other surprise: typer runs it and says so
         return None
     return (lambda: run_like_typer(action)), None, Aborted
-
-
-def _command_spec(command: str) -> Optional[Dict[str, Any]]:
-    import json
-
-    try:
-        with open(SPEC_FILE, encoding="utf-8") as fh:
-            spec = json.load(fh)["commands"].get(command)
-    except (OSError, ValueError, KeyError):  # not installed with the package: typer it is
-        return None
-    return spec if spec and spec.get("fast") else None
 
 
 def _reader(command: str) -> Callable[[Dict[str, Any]], Callable[[], int]]:
@@ -69,13 +58,15 @@ def _reader(command: str) -> Callable[[Dict[str, Any]], Callable[[], int]]:
     return read_hostfile
 
 
-def parse(params: List[Dict[str, Any]], tokens: List[str]) -> Optional[Dict[str, Any]]:
+def parse(params: List["Option"], tokens: List[str]) -> Optional[Dict[str, Any]]:
     """The command's parameters by name, as typer would pass them, or None where typer must decide.
     Follows click's parser: `--opt value`, `--opt=value`, `-o value`, `-ovalue`; an option that
     takes a value takes the next token whatever it is; `--` ends the options; repeats: last wins,
     or all, in order, for a repeatable option."""
-    by_flag = {flag: p for p in params for flag in p["flags"]}
-    values: Dict[str, Any] = {p["name"]: (list(p["default"]) if p["multiple"] else p["default"]) for p in params}
+    if any(p.kind not in KINDS for p in params):
+        return None  # an argument: typer's
+    by_flag = {flag: p for p in params for flag in p.flags}
+    values: Dict[str, Any] = {p.name: (list(p.default) if p.many else p.default) for p in params}
     given: set = set()
     i = 0
     while i < len(tokens):
@@ -95,41 +86,47 @@ def parse(params: List[Dict[str, Any]], tokens: List[str]) -> Optional[Dict[str,
         p = by_flag.get(flag)
         if p is None:
             return None  # unknown, misspelled, -h/--help
-        if not p["takes_value"]:
+        if not p.takes_value:
             if attached is not None:
                 return None  # `--flag=x`, or short flags bundled (`-fa`)
-            values[p["name"]] = True
+            values[p.name] = True
             continue
         if attached is None:
             if i == len(tokens):
                 return None  # the value is missing
             attached = tokens[i]
             i += 1
-        value = _convert(p["type"], attached)
+        value = KINDS[p.kind](attached)
         if value is None:
             return None
-        if p["multiple"]:
-            if p["name"] not in given:
-                values[p["name"]] = []
-            values[p["name"]].append(value)
+        if p.many:
+            if p.name not in given:
+                values[p.name] = []
+            values[p.name].append(value)
         else:
-            values[p["name"]] = value
-        given.add(p["name"])
+            values[p.name] = value
+        given.add(p.name)
     return values
 
 
-def _convert(type_name: str, text: str) -> Any:
-    """As click's types convert a string (`int(text)`, `float(text)`); None: typer must say why not."""
-    try:
-        if type_name == "str":
-            return text
-        if type_name == "int":
-            return int(text)
-        if type_name == "float":
-            return float(text)
-    except ValueError:
-        return None
-    return None
+def _number(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return None  # typer must say why not
+
+    return convert
+
+
+# a row's kind -> the text as click's types convert it (`int(text)`, `float(text)`); None: typer decides
+KINDS: Dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": _number(int),
+    "gpus": _number(int),
+    "float": _number(float),
+    "flag": str,
+}
 
 
 def run_like_typer(action: Callable[[], int]) -> int:

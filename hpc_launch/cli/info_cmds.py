@@ -3,64 +3,27 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from .app import (
     COMPLETE_VAR,
-    GPU_COUNT,
     app,
     clusters_app,
-    complete_clusters,
     err,
     print_json,
     print_table,
     run_checked,
 )
-from .. import dialects
+from .declare import command, option
 from .hostfile_run import read_hostfile
 
 
-@app.command()
-def hostfile(
-    output: Optional[str] = typer.Option(
-        None, "--output", "-o", metavar="FILE", help="write here (atomically) instead of stdout"
-    ),
-    slots: Optional[int] = typer.Option(
-        None,
-        "--slots",
-        metavar="N",
-        help="slots (GPUs) per node; default: with --cluster the profile's GPUs, "
-        "else as often as the node list names a host",
-    ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="take slots from this cluster profile",
-    ),
-    source: Optional[str] = typer.Option(
-        None,
-        "--from",
-        metavar="SCHEDULER",
-        help=f"scheduler whose node list to read: {', '.join(dialects.scheduler_names())}",
-    ),
-    nodefile: Optional[str] = typer.Option(
-        None, "--nodefile", metavar="FILE", help="read this node file (one host per line)"
-    ),
-    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="HOSTS", help="comma-separated hosts"),
-    include: Optional[str] = typer.Option(
-        None, "--include", "-i", metavar="H1@H2", help="keep only these hosts: host1@host2 (DeepSpeed syntax)"
-    ),
-    exclude: Optional[str] = typer.Option(
-        None, "--exclude", "-x", metavar="H1@H2", help="drop these hosts: host1@host2 (DeepSpeed syntax)"
-    ),
-) -> None:
+@command("hostfile")
+def hostfile(**v: Any) -> None:
     """Inside a job: the DeepSpeed hostfile from the scheduler's node list."""
-    run_checked(read_hostfile, dict(locals()))  # every parameter above, by name, as the fast path passes them
+    run_checked(read_hostfile, v)  # its parameters by name, as the fast path passes them
 
 
 @app.command()
@@ -144,16 +107,10 @@ def plan(
         metavar="MODEL",
         help="torchvision model name, a language model size (gpt-125m, t5-small, ...) or a model directory",
     ),
-    cluster: str = typer.Option(
-        "abci", "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="cluster profile name"
-    ),
-    nodes: int = typer.Option(1, "--nodes", "-n", metavar="N", help="number of nodes"),
-    gpus_per_node: Optional[int] = typer.Option(
-        None, "--gpus-per-node", "-g", metavar="N", click_type=GPU_COUNT, help="GPUs per node (default: the queue's)"
-    ),
-    queue: Optional[str] = typer.Option(
-        None, "--queue", "-q", metavar="QUEUE", help="queue / partition / resource type"
-    ),
+    cluster: str = option("cluster", "cluster profile name", "abci"),
+    nodes: int = option("nodes", "number of nodes", 1),
+    gpus_per_node: Optional[int] = option("gpus_per_node", "GPUs per node (default: the queue's)"),
+    queue: Optional[str] = option("queue", "queue / partition / resource type"),
     seq_len: Optional[int] = typer.Option(
         None, "--seq-len", metavar="N", min=1, help="language models: tokens per sample (the entrypoint's default)"
     ),

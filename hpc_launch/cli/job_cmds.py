@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from ..terminal import visible
 from ..errors import HpcLaunchError
-from .app import app, complete_clusters, complete_jobs, print_json, print_table, say, show_jobs
+from .app import app, complete_jobs, print_json, print_table, say, show_jobs
+from .declare import option
+
+
+def _job_argument(help: str, metavar: str = "JOB_ID") -> Any:
+    """The job a command is about: its id as submit printed it (completed from the records)."""
+    return typer.Argument(..., metavar=metavar, help=help, autocompletion=complete_jobs)
 
 
 @app.command()
 def logs(
-    job_id: str = typer.Argument(
-        ..., metavar="JOB_ID", help="job id (as printed by submit)", autocompletion=complete_jobs
-    ),
+    job_id: str = _job_argument("job id (as printed by submit)"),
     follow_: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends; exit with its exit code"),
     summary: bool = typer.Option(
         False, "--summary", "-s", help="the job's summary: state, time split, steps, loss, samples/s, memory, eval"
@@ -24,14 +28,7 @@ def logs(
     show_all: bool = typer.Option(
         False, "--all", "-a", help="with -f: every line, the frameworks' chatter too (the log file always has it)"
     ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="when the id exists on several clusters",
-    ),
+    cluster: Optional[str] = option("cluster", "when the id exists on several clusters"),
 ) -> None:
     """Print (or follow) a job's log: NAME.oNNNN, or the site's own log name."""
     from .. import follow
@@ -94,14 +91,7 @@ def status(
         help="job ids (default: all active jobs)",
         autocompletion=complete_jobs,
     ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="only this cluster's jobs (or the ids on this cluster)",
-    ),
+    cluster: Optional[str] = option("cluster", "only this cluster's jobs (or the ids on this cluster)"),
     json_: bool = typer.Option(False, "--json", help="a JSON list of jobs (keys: docs/commands.md)"),
 ) -> None:
     """Ask the schedulers (one query per cluster) and show the jobs' states."""
@@ -142,9 +132,7 @@ def _warn(problems: List, fail: bool) -> None:
 
 @app.command("list")
 def list_jobs(
-    cluster: Optional[str] = typer.Option(
-        None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="only this cluster's jobs"
-    ),
+    cluster: Optional[str] = option("cluster", "only this cluster's jobs"),
     active: bool = typer.Option(False, "--active", help="only jobs not yet ended"),
     refresh_: bool = typer.Option(False, "--refresh", "-r", help="ask the schedulers first"),
     limit: int = typer.Option(50, "--limit", "-l", metavar="N", help="at most this many jobs, newest first"),
@@ -168,14 +156,7 @@ def list_jobs(
 @app.command()
 def adopt(
     job_id: str = typer.Argument(..., metavar="JOB_ID", help="the scheduler's job id"),
-    cluster: str = typer.Option(
-        ...,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="the profile it was submitted with",
-    ),
+    cluster: str = option("cluster", "the profile it was submitted with", ...),
     workdir: str = typer.Option(
         ..., "--workdir", metavar="DIR", help="the job's work dir (absolute, on the host that submitted it)"
     ),
@@ -208,20 +189,8 @@ def adopt(
 
 @app.command()
 def cancel(
-    job_id: str = typer.Argument(
-        ...,
-        metavar="ID",
-        help="job id, or a sweep's or a job array's id",
-        autocompletion=complete_jobs,
-    ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="when the id exists on several clusters",
-    ),
+    job_id: str = _job_argument("job id, or a sweep's or a job array's id", "ID"),
+    cluster: Optional[str] = option("cluster", "when the id exists on several clusters"),
 ) -> None:
     """Cancel a job (qdel / scancel / kill of the local job's process group) and report how it ended."""
     from ..jobs import cancel_ident
@@ -232,18 +201,9 @@ def cancel(
 
 @app.command()
 def show(
-    job_id: str = typer.Argument(
-        ..., metavar="JOB_ID", help="job id (as printed by submit)", autocompletion=complete_jobs
-    ),
+    job_id: str = _job_argument("job id (as printed by submit)"),
     as_json: bool = typer.Option(False, "--json", help="everything recorded: the whole profile and every package"),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="when the id exists on several clusters",
-    ),
+    cluster: Optional[str] = option("cluster", "when the id exists on several clusters"),
 ) -> None:
     """What was submitted (the code the job runs, its git state, the resolved profile) and what each start of the \
 job found (Python, packages, modules)."""
@@ -261,20 +221,8 @@ job found (Python, packages, modules)."""
 
 @app.command()
 def doctor(
-    target: str = typer.Argument(
-        ...,
-        metavar="JOB_ID|LOG",
-        help="job id (as printed by submit), or the path of a log file",
-        autocompletion=complete_jobs,
-    ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="when the id exists on several clusters",
-    ),
+    target: str = _job_argument("job id (as printed by submit), or the path of a log file", "JOB_ID|LOG"),
+    cluster: Optional[str] = option("cluster", "when the id exists on several clusters"),
 ) -> None:
     """Name the cause and the fix of a failed job, from its log, the scheduler's word and its exit status.
 
@@ -289,23 +237,11 @@ def doctor(
 
 @app.command()
 def report(
-    job_ids: List[str] = typer.Argument(
-        ...,
-        metavar="ID...",
-        help="job ids, job arrays' ids or sweep ids",
-        autocompletion=complete_jobs,
-    ),
+    job_ids: List[str] = _job_argument("job ids, job arrays' ids or sweep ids", "ID..."),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", metavar="DIR", help="the report's folder (default: ./report-FIRST_ID)"
     ),
-    cluster: Optional[str] = typer.Option(
-        None,
-        "--cluster",
-        "-c",
-        metavar="NAME",
-        autocompletion=complete_clusters,
-        help="when an id exists on several clusters",
-    ),
+    cluster: Optional[str] = option("cluster", "when an id exists on several clusters"),
     plan_samples: Optional[int] = typer.Option(
         None,
         "--plan-samples",
@@ -328,12 +264,8 @@ def report(
         min=1,
         help="a planned training's epochs, times each node count's recorded steps/epoch and global batch",
     ),
-    queue: Optional[str] = typer.Option(
-        None,
-        "--queue",
-        "-q",
-        metavar="QUEUE",
-        help="with a plan: the queue for its chain (default: the one `submit` picks for the proposed nodes)",
+    queue: Optional[str] = option(
+        "queue", "with a plan: the queue for its chain (default: the one `submit` picks for the proposed nodes)"
     ),
     link_walltime: Optional[str] = typer.Option(
         None,
@@ -352,11 +284,28 @@ def report(
 configuration; for one job also its loss and samples/s over steps (steps.png); for one \
 configuration at several node counts a scaling table (scaling.csv, scaling.png), and for a \
 planned training its wall time, node-hours, the chain it needs and its charge in the site's unit."""
-    from ..report import Plan, report_jobs
+    from ..report import report_jobs
 
+    plan = _plan(plan_samples, plan_steps, plan_epochs, min_efficiency, queue, link_walltime)
+    written, notes = report_jobs(job_ids, out, cluster, plan)
+    for note in notes:
+        say(note)
+    say("report: " + ", ".join(written))
+
+
+def _plan(
+    samples: Optional[int],
+    steps: Optional[int],
+    epochs: Optional[int],
+    min_efficiency: float,
+    queue: Optional[str],
+    link_walltime: Optional[str],
+) -> Any:
+    """report's planned training from its options; a usage error for a combination that says nothing."""
+    from ..report import Plan
     from ..walltime import parse_walltime
 
-    given = [n for n, v in (("samples", plan_samples), ("steps", plan_steps), ("epochs", plan_epochs)) if v is not None]
+    given = [n for n, v in (("samples", samples), ("steps", steps), ("epochs", epochs)) if v is not None]
     if len(given) > 1:
         raise typer.BadParameter(
             f"give one of --plan-samples, --plan-steps, --plan-epochs, "
@@ -376,25 +325,19 @@ planned training its wall time, node-hours, the chain it needs and its charge in
             link_s = parse_walltime(link_walltime)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--link-walltime") from None
-    plan = Plan(
-        samples=plan_samples,
-        steps=plan_steps,
-        epochs=plan_epochs,
+    return Plan(
+        samples=samples,
+        steps=steps,
+        epochs=epochs,
         min_efficiency=min_efficiency,
         queue=queue,
         link_walltime_s=link_s,
     )
-    written, notes = report_jobs(job_ids, out, cluster, plan)
-    for note in notes:
-        say(note)
-    say("report: " + ", ".join(written))
 
 
 @app.command()
 def hosts(
-    cluster: Optional[str] = typer.Option(
-        None, "--cluster", "-c", metavar="NAME", autocompletion=complete_clusters, help="only this cluster's hosts"
-    ),
+    cluster: Optional[str] = option("cluster", "only this cluster's hosts"),
     forget: bool = typer.Option(
         False, "--forget", help="forget them (all, or the HOSTS named): later jobs may run there again"
     ),

@@ -5,7 +5,7 @@ command line to typer, so the message is typer's either way."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 
 class OptionError(ValueError):
@@ -53,3 +53,19 @@ def expand_hosts(value: Optional[str]) -> Optional[List[str]]:
     from ..nodelist import expand_slurm_nodelist
 
     return expand_slurm_nodelist(value)
+
+
+def preflight_off(off: bool) -> Optional[bool]:
+    """--no-preflight: False; not given: None (the default, a gate)."""
+    return False if off else None
+
+
+# the option table's `parse` names (hpc_launch/options.py) -> the function that reads the text
+PARSERS: Dict[str, Callable[[Any], Any]] = {
+    "split_list": split_list,
+    "parse_env": parse_env,
+    "split_args": split_args,
+    "expand_hosts": expand_hosts,
+    "list": list,
+    "off": preflight_off,
+}

@@ -5,27 +5,24 @@ same code whichever parsed its command line."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, Optional
 
+from .. import options
 from ..protocol import EXIT_SIGINT
-from .option_values import OptionError, expand_hosts, parse_env, split_args, split_list
+from .option_values import PARSERS, OptionError
 from .printing import say
 
 
-def job_options(**given: Any) -> Dict[str, Any]:
-    """The job options as typed on the command line -> JobSpec values: the one place where the
-    lists, hostlists, NAME=VALUE pairs and the shell-quoted training arguments are parsed.
-    A bad one raises OptionError, before anything is read or written."""
-    parse: Dict[str, Callable[[Any], Any]] = {
-        "modules": split_list,
-        "env": parse_env,
-        "train_args": split_args,
-        "directives": list,
-        "pass_env": list,
-        "hosts": expand_hosts,
-        "exclude": expand_hosts,
-    }
-    return {k: parse[k](v) if k in parse else v for k, v in given.items()}
+def job_values(command: str, v: Dict[str, Any], leave_out: Iterable[str] = ()) -> Dict[str, Any]:
+    """The command's job options as typed (`v`: its parameters by name) -> JobSpec values, each by
+    its row's parser (hpc_launch/options.py): the one place where the lists, hostlists,
+    NAME=VALUE pairs and the shell-quoted training arguments are parsed. A bad one raises
+    OptionError, before anything is read or written."""
+    out: Dict[str, Any] = {}
+    for row in options.of(command):
+        if row.field and row.field not in leave_out:
+            out[row.field] = PARSERS[row.parse](v[row.name]) if row.parse else v[row.name]
+    return out
 
 
 def show_dry_run(prepared) -> None:
@@ -77,38 +74,9 @@ class Announcer:
 def read_submit(v: Dict[str, Any]) -> Callable[[], int]:
     """`v`: the submit command's parameters by name, as typer passes them. Checks the options
     (OptionError) and returns the submit itself, which returns the exit code."""
-    options = job_options(
-        cluster=v["cluster"],
-        nodes=v["nodes"],
-        gpus_per_node=v["gpus_per_node"],
-        queue=v["queue"],
-        walltime=v["walltime"],
-        group=v["group"],
-        name=v["name"],
-        modules=v["modules"],
-        env=v["env"],
-        script=v["script"],
-        train_args=v["train_args"],
-        directives=v["directive"],
-        hosts=v["hosts"],
-        workdir=v["workdir"],
-        venv=v["venv"],
-        login=v["login"],
-        pass_env=v["pass_env"],
-        notify=v["notify"],
-        stop_before=v["stop_before"],
-        chain=v["chain"],
-        gather=v["gather"],
-        exclude=v["exclude"],
-        spares=v["spares"],
-        failover=v["failover"],
-        stage_env=stage_choice(v["stage_env"], v["stage_data"], v["no_stage"]),
-        stage_data=v["stage_data"],
-        container=v["container"],
-        preflight=False if v["no_preflight"] else None,
-        stop_signal=v["stop_signal"],
-    )
-    return lambda: submit(v, options)
+    values = job_values("submit", v)
+    values["stage_env"] = stage_choice(v["stage_env"], v["stage_data"], v["no_stage"])
+    return lambda: submit(v, values)
 
 
 def stage_choice(stage_env: bool, stage_data: Optional[str], no_stage: bool) -> Optional[bool]:

@@ -142,14 +142,14 @@ def interactive_spec(spec: Any, profile_file: Any) -> Any:
     """`alloc` without --queue: the profile's queue for interactive work where it names one and
     that queue takes the allocation's nodes and walltime (else the batch defaults and fallbacks)."""
     from .. import profiles
-    from ..spec import _takes
+    from ..resolve.queue_time import asked_walltime, takes
 
     if spec.queue:
         return spec
     profile = profiles.load(spec.cluster, profile_file=profile_file)
     name = profile.interactive_queue
     nodes = spec.nodes if isinstance(spec.nodes, int) else 1
-    if name and _takes(profile.queues[name], nodes, spec.walltime):
+    if name and takes(profile.queues[name], nodes, asked_walltime(spec.walltime)):
         return replace(spec, queue=name)
     return spec
 

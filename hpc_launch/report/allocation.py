@@ -20,7 +20,7 @@ from .scaling import Plan, ScaleGroup, ScalePoint
 
 
 def stop_margin(walltime_s: int) -> int:
-    """The default --stop-before (spec._stop_before without the option)."""
+    """The default --stop-before (resolve.queue_time.stop_before without the option)."""
     return min(300, max(30, walltime_s // 10))
 
 
@@ -54,9 +54,9 @@ def _queue(profile: Profile, plan: Plan, nodes: int) -> Optional[str]:
                 hint=f"one of: {', '.join(profile.queues)}",
             )
         return plan.queue
-    from ..spec import _default_queue  # the queue `submit` picks for this node count
+    from ..resolve.queue_time import asked_walltime, default_queue  # the queue `submit` picks for these nodes
 
-    return _default_queue(profile, nodes, None)
+    return default_queue(profile, nodes, asked_walltime(None))
 
 
 def _longest(profile: Profile, queue: Optional[str], nodes: int) -> Optional[int]:
@@ -94,7 +94,7 @@ def _refusal(profile: Profile, queue: Optional[str], nodes: int, walltime_s: int
 
 
 def chain_for(profile: Profile, plan: Plan, point: ScalePoint, queue: Optional[str], rate: Optional[float]) -> Chain:
-    from ..spec import MAX_CHAIN
+    from ..resolve.common import MAX_CHAIN
 
     c = Chain(nodes=point.nodes, startup_s=point.startup_s)
     if point.wall_h is None:
@@ -144,7 +144,7 @@ def chain_for(profile: Profile, plan: Plan, point: ScalePoint, queue: Optional[s
 
 def _limits(profile: Profile, queue: Optional[str], nodes: int) -> str:
     """The limits a link was checked against, in words."""
-    from ..spec import MAX_CHAIN
+    from ..resolve.common import MAX_CHAIN
 
     q = profile.queues.get(queue or "")
     said = []

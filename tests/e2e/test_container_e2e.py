@@ -231,3 +231,55 @@ def _rank_pid(workdir: Path, rank: str) -> str:
         if b"marker.py" in cmd and cwd == str(workdir) and f"RANK={rank}".encode() in env:
             return entry.name
     raise AssertionError(f"no rank {rank} of the job in {workdir}")
+
+
+# The root ch-run gave the rank: the host path it bound as the image (mountinfo's root field of "/")
+ROOT_PROBE = """\
+import os
+root = [line.split()[3] for line in open("/proc/self/mountinfo") if line.split()[4] == "/"][-1]
+print(f"[image-root] rank={os.environ.get('SLURM_PROCID', '?')} root={root}", flush=True)
+"""
+
+
+def test_a_staged_image_runs_from_the_node_local_copy_on_two_pods(hpc_launch_bin, testbed, shared_workdir):
+    """`stage: {image: true}`: the image is broadcast to each pod's node-local directory (the pods
+    share one file system, so each has its own {host} directory) and the ranks run that copy; a pod
+    that cannot take its copy fails the job before any rank, named with the fix, and no pod keeps a
+    copy. Losses equal the same run from the shared image."""
+    _ch_run()
+    (shared_workdir / "marker.py").write_text(ROOT_PROBE + MARKER_SCRIPT)
+    img = _image(shared_workdir / "image")
+    local = shared_workdir / "nodelocal"
+    local.mkdir()
+    cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
+    shared = _binds_profile(shared_workdir, "tb-slurm")
+    staged = shared_workdir / "staged.yaml"
+    staged.write_text(shared.read_text() + f"stage: {{image: true, dest: '{local}/{{host}}'}}\n")
+    common = ("--cluster", "tb-slurm", "--nodes", "2", "--container", str(img))
+
+    (local / "pod2").write_text("a file where pod2's node-local directory should be")
+    job = cli.submit(*common, "--profile", str(staged), "--script", "marker.py", "--train-args", TRAIN)
+    r = cli("logs", "-f", job, timeout=300)
+    log = (shared_workdir / f"train.o{job}").read_text()
+    assert r.returncode == 3, log[-3000:]
+    # one line (pod2's own, and node 0's relay of it: the same words)
+    [line] = {x for x in log.splitlines() if x.startswith("[hpc-launch] stage: error")}
+    assert line.startswith("[hpc-launch] stage: error on pod2: ") and "stage.image: false" in line, line
+    assert "staging the container image failed" in log and "[container-check]" not in log
+    assert not (local / "pod1" / "image").exists() and not list(local.glob("pod1/*.partial-*"))  # all or nothing
+    (local / "pod2").unlink()
+
+    inside = _run(cli, shared_workdir, *common, "--profile", str(staged))
+    _check_inside(inside, shared_workdir)
+    roots = dict(re.findall(r"\[image-root\] rank=(\S+) root=(\S+)", inside))
+    # on the testbed the ranks take node 0's path, as a real site's same node-local path on every node
+    assert roots == {"0": f"{local}/pod1/image/img", "1": f"{local}/pod1/image/img"}, inside[-3000:]
+    assert f"[hpc-launch] staging the container image {img} to {local}/pod1/image on 2 node(s)" in inside
+    for pod in ("pod1", "pod2"):  # each node's own verified copy
+        assert (local / pod / "image" / "img" / "IMAGE_MARKER").read_text() == "inside-hpc-launch-test-image\n"
+    capsules = [c.read_text() for c in (shared_workdir / ".hpc-launch").rglob("capsule.json")]
+    assert any(f'"staged": "{local}/{{host}}/image/img"' in c for c in capsules), "the capsule records the copy"
+
+    unstaged = _run(cli, shared_workdir, *common, "--profile", str(shared))
+    assert re.findall(r"\[image-root\] rank=\S+ root=(\S+)", unstaged) == [str(img)] * 2
+    assert _losses(inside) and _losses(inside) == _losses(unstaged)
