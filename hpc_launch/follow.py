@@ -23,75 +23,90 @@ def _exit_code(state: JobState, code: Optional[int]) -> int:
     return 0 if state == JobState.DONE else 1
 
 
+class _Display:
+    """What a follower shows while it follows: the log (filtered) on stdout; on a terminal one
+    waiting line (rich's status) that says why the job waits, elsewhere one plain stderr line per
+    change of the scheduler's word or start estimate; the filter's notes; lost contact."""
+
+    def __init__(self, record: JobRecord, show_all: bool) -> None:
+        self.record = record
+        self.status: Any = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status(f"{record.job_id} queued: waiting for {record.log_path}")
+        self.collected: List[str] = []
+        self.shown = LogFilter(show_all=show_all)
+        self.said: Dict[str, Any] = {"comment": record.comment, "note": None, "start": None}
+
+    def on_wait(self, seconds: float) -> None:
+        record, said = self.record, self.said
+        if self.status is not None:
+            start = start_words(said["start"]) if said["start"] is not None else ""
+            why = f" (start: {start})" if start else f" ({said['comment']})" if said["comment"] else ""
+            # since it was queued, not since this follow began (`seconds`): `logs -f` may come much later
+            queued = int(max(seconds, time.time() - record.submit_time))
+            self.status.update(f"{record.job_id} on {record.cluster}: queued for {queued} s{why}, waiting for its log")
+            self.status.start()
+
+    def on_start(self, rec: JobRecord) -> None:
+        # the scheduler's start estimate or pending reason changed: a terminal's waiting line
+        # shows it at the next wait; elsewhere one plain line per change
+        self.said["start"] = rec
+        words = start_words(rec)
+        if self.status is None and words:
+            sys.stderr.write(f"hpc-launch: {self.record.job_id}: waiting to start: {visible(words)}\n")
+
+    def on_comment(self, comment: str) -> None:
+        self.said["comment"] = comment
+        if self.status is None:  # not a terminal: one plain line per change
+            sys.stderr.write(f"hpc-launch: {self.record.job_id}: the scheduler says: {visible(comment)}\n")
+
+    def write(self, text: str) -> None:
+        self.collected.append(text)
+        shown, status = self.shown, self.status
+        out = shown.feed(text)
+        if out:
+            if status is not None:
+                status.stop()
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        if shown.note != self.said["note"]:
+            self.said["note"] = shown.note
+            if shown.note and status is not None:
+                status.update(f"{self.record.job_id}: {shown.note}")
+                status.start()
+            elif shown.note:
+                sys.stderr.write(f"hpc-launch: {shown.note}\n")
+
+    def on_reconnect(self, reason: str, delay: float) -> None:
+        if self.status is not None:
+            self.status.stop()
+        sys.stderr.write(
+            f"hpc-launch: lost contact with {self.record.host} ({reason}); "
+            f"trying again in {delay:.0f} s (the job is not affected)\n"
+        )
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
 def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all: bool = False) -> int:
     """Stream the job's log (filtered: `show_all` for everything) until it ends, then print its
     summary; returns the job's exit code for the process to exit with."""
     store = store or JobStore()
     transport = transport_for(record.host)
-    status = None
-    if sys.stderr.isatty():
-        from rich.console import Console
-
-        status = Console(stderr=True).status(f"{record.job_id} queued: waiting for {record.log_path}")
-    collected: List[str] = []
-    shown = LogFilter(show_all=show_all)
-    said: Dict[str, Any] = {"comment": record.comment, "note": None, "start": None}
-
-    def on_wait(seconds: float) -> None:
-        if status is not None:
-            start = start_words(said["start"]) if said["start"] is not None else ""
-            why = f" (start: {start})" if start else f" ({said['comment']})" if said["comment"] else ""
-            # since it was queued, not since this follow began (`seconds`): `logs -f` may come much later
-            queued = int(max(seconds, time.time() - record.submit_time))
-            status.update(f"{record.job_id} on {record.cluster}: queued for {queued} s{why}, waiting for its log")
-            status.start()
-
-    def on_start(rec: JobRecord) -> None:
-        # the scheduler's start estimate or pending reason changed: a terminal's waiting line
-        # shows it at the next wait; elsewhere one plain line per change
-        said["start"] = rec
-        words = start_words(rec)
-        if status is None and words:
-            sys.stderr.write(f"hpc-launch: {record.job_id}: waiting to start: {visible(words)}\n")
-
-    def on_comment(comment: str) -> None:
-        said["comment"] = comment
-        if status is None:  # not a terminal: one plain line per change
-            sys.stderr.write(f"hpc-launch: {record.job_id}: the scheduler says: {visible(comment)}\n")
-
-    def write(text: str) -> None:
-        collected.append(text)
-        visible = shown.feed(text)
-        if visible:
-            if status is not None:
-                status.stop()
-            sys.stdout.write(visible)
-            sys.stdout.flush()
-        if shown.note != said["note"]:
-            said["note"] = shown.note
-            if shown.note and status is not None:
-                status.update(f"{record.job_id}: {shown.note}")
-                status.start()
-            elif shown.note:
-                sys.stderr.write(f"hpc-launch: {shown.note}\n")
-
-    def on_reconnect(reason: str, delay: float) -> None:
-        if status is not None:
-            status.stop()
-        sys.stderr.write(
-            f"hpc-launch: lost contact with {record.host} ({reason}); "
-            f"trying again in {delay:.0f} s (the job is not affected)\n"
-        )
-
+    display = _Display(record, show_all)
     try:
         final = follow(
             transport,
             record.log_path,
-            state=state_poller(transport, record, store, on_comment=on_comment, on_start=on_start),
-            write=write,
-            on_wait=on_wait,
+            state=state_poller(transport, record, store, on_comment=display.on_comment, on_start=display.on_start),
+            write=display.write,
+            on_wait=display.on_wait,
             script=record.script_name,
-            on_reconnect=on_reconnect,
+            on_reconnect=display.on_reconnect,
             ended=(lambda: transport.size(record.exit_path) is not None) if record.exit_path else None,
         )
     except KeyboardInterrupt:
@@ -101,15 +116,19 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
         )
         return EXIT_SIGINT
     finally:
-        if status is not None:
-            status.stop()
-    sys.stdout.write(shown.flush())
+        display.stop()
+    sys.stdout.write(display.shown.flush())
+    return _say_end(record, store, transport, final, "".join(display.collected))
+
+
+def _say_end(record: JobRecord, store: JobStore, transport: Any, final: JobState, log: str) -> int:
+    """The summary block and the job's last line; returns its exit code for the process."""
     rec = store.get(record.job_id, record.cluster)
     code = (
         rec.exit_code if rec.exit_code is not None else read_exit_code(transport, record.exit_path, record.script_name)
     )
     script_end = read_exit_time(transport, record.exit_path) if record.exit_path else None
-    sys.stderr.write(visible(summary_block(rec, "".join(collected), final, code, script_end)) + "\n")
+    sys.stderr.write(visible(summary_block(rec, log, final, code, script_end)) + "\n")
     why = f" ({rec.comment})" if rec.comment else ""
     sys.stderr.write(
         f"hpc-launch: job {record.job_id} {final.value}"

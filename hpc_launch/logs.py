@@ -158,71 +158,120 @@ def follow(
     """
     stop = stop or threading.Event()
     tail = LogTail(transport, path, script)
-    started = time.monotonic()
-    last_state = JobState.UNKNOWN
-    interval = poll.first
-    next_query = started  # ask once at the start: the job may be long finished
-    failures = 0
-    lost_since: Optional[float] = None
-    drops = 0
-    delay = reconnect.first
-    next_end_check, end_seen = started, False
-    # once the training's last line is in, the job's end is watched for at the log's pace: what is
-    # left (eval, ranks and launcher exiting) takes seconds, and noticing it a second late is a
-    # third of that (the main job's summary, docs/launch-cost.md)
-    near_end, tail_text = False, ""
+    pace = _Pace(poll, ended, poll_interval)
+    reconnects = _Reconnects(reconnect, give_up_s, on_reconnect, stop)
     while not stop.is_set():
         try:
             text = tail.read_new()
         except TransportError as exc:
-            now = time.monotonic()
-            lost_since = lost_since or now
-            if now - lost_since >= give_up_s:
+            if not reconnects.retry(exc):
                 raise
-            delay = reconnect.first if not drops else reconnect.after(delay)
-            drops += 1
-            if on_reconnect is not None:
-                on_reconnect(exc.message, delay)
-            log.debug("log read failed (%s, attempt %d); retrying in %.0f s", exc, drops, delay)
-            stop.wait(delay)
             continue
-        lost_since, drops = None, 0
+        reconnects.back()
         if text:
             write(text)
-            if not near_end:
-                tail_text = (tail_text + text)[-4096:]  # the marker may straddle two reads
-                near_end = TRAINING_FINISHED in tail_text
-                if near_end:
-                    next_end_check = time.monotonic()
+            pace.saw(text)
         elif not tail.exists and on_wait is not None:
-            on_wait(time.monotonic() - started)
+            on_wait(time.monotonic() - pace.started)
         now = time.monotonic()
-        if ended is not None and not end_seen and now >= next_end_check:
-            next_end_check = now + (poll_interval if near_end else poll.first)
-            try:
-                end_seen = ended()
-            except (TransportError, OSError):
-                end_seen = False  # the state query below says what is true
-            if end_seen:
-                next_query = now
-        if now >= next_query:
-            try:
-                current = state()
-                failures = 0
-            except HpcLaunchError as exc:
-                failures += 1
-                if failures >= MAX_STATE_FAILURES or getattr(exc, "final", False):
-                    raise
-                log.warning("job state query failed (%s); will retry", exc)
-                current = last_state
+        pace.check_end(now)
+        if now >= pace.next_query:
+            current = pace.ask(now, state)
             if current.terminal:
                 _drain(tail, write, poll_interval)
                 return current
-            interval = poll.first if end_seen else poll.after(interval, changed=current != last_state)
-            last_state = current
-            next_query = now + interval
         stop.wait(poll_interval)
-    return last_state
+    return pace.last_state
+
+
+class _Reconnects:
+    """A log read that failed for the connection: tried again at `reconnect`'s pace (backing off
+    from the second drop) until the connection has been lost for `give_up_s`."""
+
+    def __init__(
+        self,
+        reconnect: Backoff,
+        give_up_s: float,
+        on_reconnect: Optional[Callable[[str, float], None]],
+        stop: threading.Event,
+    ) -> None:
+        self.reconnect, self.give_up_s, self.on_reconnect, self.stop = reconnect, give_up_s, on_reconnect, stop
+        self.lost_since: Optional[float] = None
+        self.drops = 0
+        self.delay = reconnect.first
+
+    def retry(self, exc: TransportError) -> bool:
+        """Wait before the next try; False once it is time to give up (the caller raises)."""
+        now = time.monotonic()
+        self.lost_since = self.lost_since or now
+        if now - self.lost_since >= self.give_up_s:
+            return False
+        self.delay = self.reconnect.first if not self.drops else self.reconnect.after(self.delay)
+        self.drops += 1
+        if self.on_reconnect is not None:
+            self.on_reconnect(exc.message, self.delay)
+        log.debug("log read failed (%s, attempt %d); retrying in %.0f s", exc, self.drops, self.delay)
+        self.stop.wait(self.delay)
+        return True
+
+    def back(self) -> None:
+        self.lost_since, self.drops = None, 0
+
+
+class _Pace:
+    """When the scheduler is asked for the job's state: at once, then backing off while nothing
+    changes; every `poll.first` seconds once `ended()` (its exit-code file) says the script ended.
+    Once the training's last line is in, that end is watched for at the log's pace: what is left
+    (eval, ranks and launcher exiting) takes seconds, and noticing it a second late is a third of
+    that (the main job's summary, docs/launch-cost.md)."""
+
+    def __init__(self, poll: Backoff, ended: Optional[Callable[[], bool]], poll_interval: float) -> None:
+        self.poll, self.ended, self.poll_interval = poll, ended, poll_interval
+        self.started = time.monotonic()
+        self.last_state = JobState.UNKNOWN
+        self.interval = poll.first
+        self.next_query = self.started  # ask once at the start: the job may be long finished
+        self.failures = 0
+        self.next_end_check, self.end_seen = self.started, False
+        self.near_end, self.tail_text = False, ""
+
+    def saw(self, text: str) -> None:
+        if not self.near_end:
+            self.tail_text = (self.tail_text + text)[-4096:]  # the marker may straddle two reads
+            self.near_end = TRAINING_FINISHED in self.tail_text
+            if self.near_end:
+                self.next_end_check = time.monotonic()
+
+    def check_end(self, now: float) -> None:
+        if self.ended is None or self.end_seen or now < self.next_end_check:
+            return
+        self.next_end_check = now + (self.poll_interval if self.near_end else self.poll.first)
+        try:
+            self.end_seen = self.ended()
+        except (TransportError, OSError):
+            self.end_seen = False  # the state query below says what is true
+        if self.end_seen:
+            self.next_query = now
+
+    def ask(self, now: float, state: Callable[[], JobState]) -> JobState:
+        """The job's state now; a failed query counts (MAX_STATE_FAILURES in a row, or one that
+        is final, ends the follow) and keeps the last state seen."""
+        try:
+            current = state()
+            self.failures = 0
+        except HpcLaunchError as exc:
+            self.failures += 1
+            if self.failures >= MAX_STATE_FAILURES or getattr(exc, "final", False):
+                raise
+            log.warning("job state query failed (%s); will retry", exc)
+            current = self.last_state
+        if current.terminal:
+            return current
+        changed = current != self.last_state
+        self.interval = self.poll.first if self.end_seen else self.poll.after(self.interval, changed=changed)
+        self.last_state = current
+        self.next_query = now + self.interval
+        return current
 
 
 def _drain(tail: LogTail, write: Callable[[str], None], poll_interval: float) -> None:

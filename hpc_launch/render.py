@@ -22,7 +22,7 @@ from . import __version__, dialects, launchers, protocol
 from .errors import SpecError, TemplateError
 from .protocol import SCRIPT_DIR, link_script_name
 from .resolve import ResolvedJob
-from .dialects import Arrays, ChainHandOff, HostExclusion, RestartNotice
+from .dialects import Arrays, ChainHandOff, Dialect, HostExclusion, RestartNotice
 
 
 class Sh(str):
@@ -296,10 +296,56 @@ def render(
         dialect.submit_argv(script_path, submit_flags=flags, log_prefix=log_prefix), p.commands
     )
     launcher = launchers.get(p.launch.launcher)
+    context = _scheduler_context(job, dialect, arrays, argv, name)
+    context.update(_launch_context(job, launcher, stamp, array=array, packed=bool(pack)))
+    context.update(_container_context(job, str(context["python"]), deepspeed_cli=launcher.deepspeed_cli))
+    if pack:
+        context.update(pack.context())
+    text = _render_template(dialect.template, context)
+    return JobScript(
+        text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags, log_prefix=log_prefix
+    )
 
+
+def _scheduler_context(
+    job: ResolvedJob, dialect: Dialect, arrays: Optional[Arrays], argv: List[str], name: str
+) -> Dict[str, Any]:
+    """What the script's header and prologue take from the scheduler: directives, the submit line,
+    the job id and number, the log name, the node list, a restart's and a chain link's shell."""
+    p = job.profile
     log_name = pattern_expr(p.log.name, {"name": job.name}, {"job_num": "JOB_NUM", "job_id": "JOB_ID"})
-    # names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)
-    ds_env_keys = sorted(job.env) + [
+    directives = arrays.array_directives(directive_lines(job)) if arrays else directive_lines(job)
+    return dict(
+        proto=protocol,  # the job protocol: exit codes and file names, shared with the code that reads them
+        version=__version__,
+        job=job,
+        script_name=name,
+        profile=p,
+        dialect=dialect,
+        directives=[Sh(line) for line in directives] if dialect.has_scheduler else [],
+        prefix=Sh(dialect.directive_prefix),
+        submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
+        workdir=path_expr(job.workdir),
+        job_id_expr=Sh(dialect.job_id_expr),
+        job_num_expr=Sh(arrays.array_job_num_expr if arrays else dialect.job_num_expr),
+        log_name=log_name,
+        tee=p.log.live == "tee",
+        nodelist_shell=Sh(dialect.nodelist_shell),
+        array_index=Sh(f"${{{arrays.array_index_var}:-}}") if arrays else None,
+        array_first=arrays.array_first_index if arrays else 1,
+        restarted=Sh(dialect.restarted_shell) if isinstance(dialect, RestartNotice) else None,
+        preempted=Sh(dialect.preempted_shell)
+        if isinstance(dialect, RestartNotice) and dialect.preempted_shell
+        else None,
+        keep_next_links_off=Sh(dialect.keep_dependents_off_shell)
+        if job.chain > 1 and isinstance(dialect, ChainHandOff)
+        else None,
+    )
+
+
+def _rank_env_keys(job: ResolvedJob) -> List[str]:
+    """Names every rank must see, wherever the launcher starts it (mpirun -x, .deepspeed_env)."""
+    keys = sorted(job.env) + [
         k
         for k in (
             "HPC_LAUNCH_DEADLINE",
@@ -312,65 +358,38 @@ def render(
         )
         if k not in job.env
     ]
-    context = dict(
-        proto=protocol,  # the job protocol: exit codes and file names, shared with the code that reads them
-        version=__version__,
-        job=job,
-        script_name=name,
-        profile=p,
-        dialect=dialect,
-        directives=[
-            Sh(line) for line in (arrays.array_directives(directive_lines(job)) if arrays else directive_lines(job))
-        ]
-        if dialect.has_scheduler
-        else [],
-        prefix=Sh(dialect.directive_prefix),
-        submit_cmd=Sh(shlex.join(argv).replace("\n", " ")),
-        workdir=path_expr(job.workdir),
-        job_id_expr=Sh(dialect.job_id_expr),
-        job_num_expr=Sh(arrays.array_job_num_expr if arrays else dialect.job_num_expr),
-        log_name=log_name,
-        tee=p.log.live == "tee",
+    return [k for k in keys if not (job.profile.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))]
+
+
+def _launch_context(
+    job: ResolvedJob, launcher: Any, stamp: str, *, array: Optional[List[List[str]]], packed: bool
+) -> Dict[str, Any]:
+    """What the body takes to start the ranks: modules and Python, the launcher and its entry, the
+    training arguments (an array task's or a packed point's chosen in the script), the
+    environment, hosts and spares, the capsule."""
+    p = job.profile
+    return dict(
         modules_init=Sh(p.modules.init) if p.modules.init else None,
         modules_after=Sh(p.modules.after) if p.modules.after else None,
         venv_path=path_expr(job.venv) if job.venv else None,
         conda_env=(path_expr(job.conda) if "/" in job.conda else q(job.conda)) if job.conda else None,
         conda_setup=Sh(p.python.conda_setup) if p.python.conda_setup else None,
-        nodelist_shell=Sh(dialect.nodelist_shell),
         launcher=launcher,
         launcher_args=qjoin(p.launch.args),
         launcher_args_str=" ".join(shlex.quote(a) for a in p.launch.args),
         entry=launch_entry(job, deepspeed_launcher=launcher.deepspeed_cli),
         python=q(p.python.python) if not job.venv else Sh("python"),
         # an array task's arguments are its point's, chosen by its index (templates/body/job.sh.j2)
-        train_args=Sh('"${HPC_LAUNCH_TRAIN_ARGS[@]}"') if array or pack else qjoin(job.train_args),
+        train_args=Sh('"${HPC_LAUNCH_TRAIN_ARGS[@]}"') if array or packed else qjoin(job.train_args),
         array_points=[qjoin(args) for args in array or []],
-        array_index=Sh(f"${{{arrays.array_index_var}:-}}") if arrays else None,
-        array_first=arrays.array_first_index if arrays else 1,
         pack_points=[],
         tune_spec=None,
         env_items=[(Sh(k), job.env[k]) for k in sorted(job.env)],
-        ds_env_keys=[
-            Sh(k) for k in ds_env_keys if not (p.net_if and k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))
-        ],
+        ds_env_keys=[Sh(k) for k in _rank_env_keys(job)],
         hosts=job.hosts,
         net_if=p.net_if,
         spares_check=q(protocol.interface_ok_shell(p.net_if)) if p.net_if else None,
         spares_tried_last=q(" " + " ".join(job.tried_last) + " "),  # spaces around each: a `case` pattern
         capsule=q(protocol.capsule_relpath(job.name, stamp)),
         import_from=path_expr(job.import_from) if job.import_from else None,
-        restarted=Sh(dialect.restarted_shell) if isinstance(dialect, RestartNotice) else None,
-        preempted=Sh(dialect.preempted_shell)
-        if isinstance(dialect, RestartNotice) and dialect.preempted_shell
-        else None,
-        keep_next_links_off=Sh(dialect.keep_dependents_off_shell)
-        if job.chain > 1 and isinstance(dialect, ChainHandOff)
-        else None,
-    )
-    context.update(_container_context(job, str(context["python"]), deepspeed_cli=launcher.deepspeed_cli))
-    if pack:
-        context.update(pack.context())
-    text = _render_template(dialect.template, context)
-    return JobScript(
-        text=text, submit_argv=argv, script_name=name, job=job, stamp=stamp, submit_flags=flags, log_prefix=log_prefix
     )

@@ -9,221 +9,40 @@ batch arithmetic, DeepSpeed's validator, the memory estimators); this module onl
 
 from __future__ import annotations
 
-import itertools
-import sys
-import time
-from dataclasses import dataclass, field
-
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from msgspec.structs import replace
 
 from .errors import SpecError
-from .plan import AXES, FLAGS, check_points, entry_choices, label, undefined
-from .jobs.connect import TransportFor, transport_for
-from .protocol import POLL, Backoff
+from .plan import check_points, label
+from .sweep_grid import axis_values, expand, load_grid_file, with_point
+from .sweep_jobs import Point, Submission, SweepPlan, describe, submit, submit_in_turn, watch
+
+__all__ = [  # the grid and the jobs' names are the sweep's too: commands and tests import them from here
+    "Point",
+    "Run",
+    "Submission",
+    "SweepPlan",
+    "axis_values",
+    "describe",
+    "expand",
+    "label",
+    "load_grid_file",
+    "plan",
+    "run",
+    "submit",
+    "submit_in_turn",
+    "watch",
+    "with_point",
+]
 
 if TYPE_CHECKING:
     from .profiles import ProfileFiles
 
-_FILE_KEYS = {"micro-batch": "micro_batch", "micro_batches": "micro_batch", "stage": "zero"}
-
-
-def axis_values(axis: str, raw: Any, where: str) -> List[Any]:
-    """One axis's values from a flag (`0,1,2`) or a YAML value (a list or one value), checked."""
-    items = (
-        raw if isinstance(raw, list) else [v.strip() for v in str(raw).split(",")] if isinstance(raw, str) else [raw]
-    )
-    items = [v for v in items if v != ""]
-    if not items:
-        raise SpecError(
-            f"{where}: no values", hint=f"give one or more, comma-separated, e.g. {FLAGS.get(axis, '--nodes')} 1,2"
-        )
-    out: List[Any] = []
-    for item in items:
-        if axis in ("zero", "nodes", "micro_batch"):
-            text = str(item).strip()
-            if isinstance(item, bool) or not text.isdigit():
-                raise SpecError(f"{where}: {item!r} is not a whole number", hint="give whole numbers, comma-separated")
-            value: Any = int(text)
-            if axis == "zero" and value not in entry_choices()["zero"]:
-                raise SpecError(f"{where}: ZeRO stage {value} does not exist", hint="ZeRO stages are 0, 1, 2, 3")
-            if axis != "zero" and value < 1:
-                raise SpecError(f"{where}: {value} must be at least 1")
-        else:
-            value = str(item).strip()
-            if value not in entry_choices()[axis]:
-                raise SpecError(f"{where}: {value!r} is not one of {', '.join(entry_choices()[axis])}")
-        if value in out:  # the same point twice would run twice and count twice in the report
-            raise SpecError(f"{where}: {value} is given twice", hint="give each value once")
-        out.append(value)
-    return out
-
-
-def load_grid_file(path: str) -> Tuple[Dict[str, List[Any]], List[Dict[str, Any]]]:
-    """A sweep file: axes (a list or one value each; their product is the grid) and/or `points:`,
-    a list of single points added to it.
-
-        zero: [0, 1, 2, 3]
-        offload: none
-        points:
-          - {zero: 3, offload: optimizer}
-    """
-    import yaml
-
-    from .paths import load_yaml, read_user_file
-
-    try:
-        data = load_yaml(read_user_file(Path(path))) or {}
-    except OSError as exc:
-        raise SpecError(f"--grid {path}: {exc.strerror or exc}", hint="give the path of a YAML sweep file") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpecError(f"--grid {path}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"--grid {path}: must be a YAML mapping of axes ({', '.join(AXES)}) and/or points:")
-    axes: Dict[str, List[Any]] = {}
-    points: List[Dict[str, Any]] = []
-    for key, value in data.items():
-        name = _FILE_KEYS.get(str(key), str(key))
-        if name == "points":
-            if not isinstance(value, list) or not all(isinstance(p, dict) for p in value):
-                raise SpecError(
-                    f"--grid {path}: `points:` must be a list of mappings like {{zero: 3, offload: optimizer}}"
-                )
-            for i, p in enumerate(value, 1):
-                point = {}
-                for k, v in p.items():
-                    axis = _FILE_KEYS.get(str(k), str(k))
-                    if axis not in AXES:
-                        raise SpecError(f"--grid {path}: point {i}: unknown key {k!r}", hint=f"keys: {', '.join(AXES)}")
-                    vals = axis_values(axis, v, f"--grid {path}: point {i}: {axis}")
-                    if len(vals) != 1:
-                        raise SpecError(f"--grid {path}: point {i}: {axis} must be one value, not a list")
-                    point[axis] = vals[0]
-                points.append(point)
-        elif name in AXES:
-            axes[name] = axis_values(name, value, f"--grid {path}: {name}")
-        else:
-            raise SpecError(f"--grid {path}: unknown key {key!r}", hint=f"keys: {', '.join(AXES)}, points")
-    return axes, points
-
-
-def expand(
-    axes: Dict[str, List[Any]], points: Sequence[Dict[str, Any]] = (), note: Callable[[str], Any] = lambda s: None
-) -> List[Dict[str, Any]]:
-    """The grid's points: the product of the axes (combinations that are no configuration, like
-    ZeRO-0 with offload, are left out and said so), then the listed points (taking the axes' single
-    values where they name none). A point given twice is refused."""
-    out: List[Dict[str, Any]] = []
-    names = [a for a in AXES if a in axes]
-    if names and (not points or any(len(axes[a]) > 1 for a in names)):
-        for combo in itertools.product(*(axes[a] for a in names)):
-            point = dict(zip(names, combo))
-            why = undefined(point)
-            if why:
-                note(f"left out {label(point)}: {why}")
-                continue
-            if point not in out:
-                out.append(point)
-    for i, given in enumerate(points, 1):
-        point = {a: axes[a][0] for a in names if len(axes[a]) == 1}
-        point.update(given)
-        point = {a: point[a] for a in AXES if a in point}
-        why = undefined(point)
-        if why:
-            raise SpecError(f"sweep point {i} ({label(point)}): {why}", hint="change or remove that point")
-        if point in out:
-            raise SpecError(
-                f"sweep point {i} ({label(point)}) is already in the sweep",
-                hint="remove it from points:, or drop its values from the axes",
-            )
-        out.append(point)
-    if not out:
-        raise SpecError("the sweep has no points", hint="give at least one axis, e.g. --zero 0,1,2,3, or a --grid file")
-    return out
-
-
-def with_point(args: Sequence[str], point: Dict[str, Any]) -> List[str]:
-    """The training arguments with the point's flags in place of the same flags in `args`."""
-    drop = {FLAGS[a] for a in point if a in FLAGS}
-    out: List[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in drop:
-            skip = True
-            continue
-        if arg.split("=", 1)[0] in drop and "=" in arg:
-            continue
-        out.append(arg)
-    for axis in AXES:
-        if axis in point and axis in FLAGS:
-            out += [FLAGS[axis], str(point[axis])]
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # the points as jobs, checked
-
-
-@dataclass
-class Point:
-    index: int
-    values: Dict[str, Any]
-    prepared: Any  # submit.Prepared of this point alone
-    entry: Any = None  # the entrypoint's parsed arguments
-
-    @property
-    def label(self) -> str:
-        return label(self.values)
-
-    @property
-    def train_args(self) -> List[str]:
-        return list(self.prepared.job.train_args)
-
-    @property
-    def shape(self) -> tuple:
-        """What the scheduler is asked for: points with the same shape can share one array."""
-        job = self.prepared.job
-        return (
-            job.nodes,
-            job.procs_per_node,
-            job.gpus_per_node,
-            job.queue,
-            job.walltime_s,
-            job.group,
-            self.prepared.host,
-        )
-
-
-@dataclass
-class Submission:
-    """One submit command of the sweep: an array of several points, or one point's job."""
-
-    points: List[Point]
-    prepared: Any
-    array: bool
-    packed: bool = False  # every point in this one job, one after another (`--pack`: hpc_launch/pack.py)
-
-
-@dataclass
-class SweepPlan:
-    sweep_id: str
-    points: List[Point]
-    submissions: List[Submission] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-
-    @property
-    def shares_one_machine(self) -> bool:
-        """No scheduler places the points: run together they would share the same cores (or GPU)
-        and every throughput figure in the report would be wrong. They run one after another."""
-        from . import dialects
-
-        return not dialects.get(self.points[0].prepared.job.profile.dialect).has_scheduler
 
 
 def plan(
@@ -329,132 +148,6 @@ def _check_user_limits(sweep: SweepPlan) -> None:
             sweep.notes.append(
                 f"{profile.name} runs {running} of a user's jobs at once on {name}: the points wait their turn"
             )
-
-
-# ---------------------------------------------------------------------------------------------
-# submit and track
-
-
-def describe(sweep: SweepPlan) -> str:
-    """What --dry-run prints: each submit command and the points it runs."""
-    lines = [f"# sweep {sweep.sweep_id}: {len(sweep.points)} point(s), {len(sweep.submissions)} submission(s)"]
-    lines += [f"# note: {n}" for n in sweep.notes]
-    for sub in sweep.submissions:
-        kind = (
-            f"array of {len(sub.points)} tasks"
-            if sub.array
-            else f"one packed job of {len(sub.points)} points, one after another"
-            if sub.packed
-            else "one job"
-        )
-        lines.append(f"# {kind}, script {sub.prepared.script_path}")
-        for p in sub.points:
-            lines.append(
-                f"#   point {p.index + 1}: {p.label}, {p.prepared.job.nodes} node(s) x "
-                f"{p.prepared.job.procs_per_node} rank(s): {' '.join(p.train_args)}"
-            )
-        lines.append(sub.prepared.submit_display())
-    return "\n".join(lines)
-
-
-def _extra_packed(sweep: SweepPlan, sub: Submission) -> dict:
-    from .pack import extra_for
-
-    return {"sweep": sweep.sweep_id, "points": len(sweep.points), **extra_for(sweep.sweep_id, sub.points)}
-
-
-def _extra(sweep: SweepPlan, p: Point) -> dict:
-    return {
-        "sweep": sweep.sweep_id,
-        "point_index": p.index,
-        "points": len(sweep.points),
-        "point": dict(p.values),
-        "nodes": p.prepared.job.nodes,
-    }
-
-
-def submit(sweep: SweepPlan, *, store=None, on_recorded: Optional[Callable[[Any], None]] = None) -> List[Any]:
-    """Submit every submission; returns the records in point order. A failure after some
-    submissions stops there: what was submitted stays recorded (and is said)."""
-    from . import jobs
-    from .records import JobStore
-
-    store = store or JobStore()
-    records: List[Any] = []
-    for sub in sweep.submissions:
-        if sub.array:
-            recs = jobs.submit_array(
-                sub.prepared, [_extra(sweep, p) for p in sub.points], store=store, on_recorded=on_recorded
-            )
-            records += recs
-        else:
-            p = sub.points[0]
-
-            def tag(record, p=p, sub=sub):
-                more = _extra_packed(sweep, sub) if sub.packed else _extra(sweep, p)
-                record.extra = {**(record.extra or {}), **more}
-                store.update(record.cluster, record.job_id, extra=record.extra)
-                if on_recorded is not None:
-                    on_recorded(record)
-
-            records.append(jobs.submit(sub.prepared, store=store, on_recorded=tag))
-    return sorted(records, key=lambda r: r.extra.get("point_index", 0))
-
-
-def submit_in_turn(
-    sweep: SweepPlan,
-    transport_for: TransportFor = transport_for,
-    *,
-    store=None,
-    on_recorded: Optional[Callable[[Any], None]] = None,
-    write: Callable[[str], Any] = sys.stderr.write,
-    sleep: Callable[[float], None] = time.sleep,
-) -> List[Any]:
-    """Each submission only once the one before it has ended (a sweep on a machine with no
-    scheduler); returns the ended records in point order."""
-    ended: List[Any] = []
-    for sub in sweep.submissions:
-        one = SweepPlan(sweep.sweep_id, sub.points, [sub])
-        ended += watch(
-            store, submit(one, store=store, on_recorded=on_recorded), transport_for, write=write, sleep=sleep
-        )
-    return ended
-
-
-def watch(
-    store,
-    records: List[Any],
-    transport_for: TransportFor = transport_for,
-    *,
-    write: Callable[[str], Any] = sys.stderr.write,
-    sleep: Callable[[float], None] = time.sleep,
-    poll: Backoff = POLL,
-) -> List[Any]:
-    """Until every job has ended: one scheduler query per cluster per poll, a line per job as it
-    ends. Returns the records as they ended."""
-    from .jobs import refresh
-    from .states import JobState
-
-    current = {(r.cluster, r.job_id): r for r in records}
-    said: set = set()
-    delay = poll.first
-    while True:
-        active = [r for key, r in current.items() if key not in said and not JobState(r.state).terminal]
-        if active:
-            for r in refresh(store, active, transport_for):
-                current[(r.cluster, r.job_id)] = r
-        changed = False
-        for key, r in current.items():
-            if key not in said and JobState(r.state).terminal:
-                said.add(key)
-                changed = True
-                code = f" (exit code {r.exit_code})" if r.exit_code is not None else ""
-                what = label((r.extra or {}).get("point", {})) if (r.extra or {}).get("point") else r.name
-                write(f"hpc-launch: {r.job_id} [{what}] {r.state}{code}; {len(said)} of {len(current)} ended\n")
-        if len(said) == len(current):
-            return [current[(r.cluster, r.job_id)] for r in records]
-        delay = poll.after(delay, changed)
-        sleep(delay)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, List, Optional
+from functools import partial
+from typing import TYPE_CHECKING, Callable, List, NoReturn, Optional, cast
 
 from msgspec.structs import replace as replace_struct
 
@@ -102,16 +103,7 @@ def submit_array(
     """One array job (rendered with `render(array=...)`): one submit command, one record per task,
     each with `extras[i]` and the array's id in its extra."""
 
-    job = prepared.job
-    profile = job.profile
-    dialect = dialects.get(profile.dialect)
-    if not isinstance(dialect, Arrays):  # sweep.plan asked first, and render refuses too
-        raise SpecError(f"{dialect.title} has no job arrays", hint="run the sweep with --separate")
-    if job.pass_env:
-        raise SpecError(
-            "--pass-env cannot reach an array's tasks (each would read the one secrets file)",
-            hint="export the value in the job's environment another way, or submit the points one by one",
-        )
+    dialect = _array_dialect(prepared)
     store, transport, own_transport = opened(prepared, store, transport)
     try:
         workdir, script_path = placed(transport, prepared)
@@ -128,38 +120,15 @@ def submit_array(
                     script_relpath=prepared.script.script_relpath,
                     sleep=sleep,
                 )
+                task_record = partial(_task_record, dialect, prepared, workdir, script_path)
                 try:
-                    tasks = dialect.array_task_ids(parent, len(extras))
+                    tasks = cast(Arrays, dialect).array_task_ids(parent, len(extras))
                 except SchedulerError as exc:  # a qsub that took the job but made no array of it
                     written.clear()  # the job exists: its script stays, and so does its record
-                    record = record_for(
-                        profile,
-                        dialect,
-                        job_id=parent,
-                        host=prepared.host,
-                        name=job.name,
-                        workdir=workdir,
-                        script_path=script_path,
-                        submit_argv=prepared.script.submit_argv,
-                    )
-                    record.extra = {**record.extra, "sweep": extras[0].get("sweep"), "array_refused": exc.message}
-                    add_or_explain(store, record, prepared)
-                    raise SchedulerError(
-                        f"job {parent} was submitted but is not a job array ({exc.message})",
-                        hint=f"`hpc-launch cancel {parent}` (it is recorded), then run the sweep with --separate",
-                    ) from None
+                    _record_refused_array(store, prepared, task_record(parent), extras, exc)
                 records = []
                 for i, task in enumerate(tasks):
-                    record = record_for(
-                        profile,
-                        dialect,
-                        job_id=task,
-                        host=prepared.host,
-                        name=job.name,
-                        workdir=workdir,
-                        script_path=script_path,
-                        submit_argv=prepared.script.submit_argv,
-                    )
+                    record = task_record(task)
                     record.extra = {**record.extra, **extras[i], "array": parent, "task": i}
                     add_or_explain(store, record, prepared)
                     records.append(record)
@@ -177,6 +146,48 @@ def submit_array(
     finally:
         if own_transport:
             transport.close()
+
+
+def _array_dialect(prepared: "Prepared") -> Dialect:
+    """The job's dialect, which must have arrays; refused before anything is written where the
+    job cannot be one array (no arrays, or --pass-env, which each task would read)."""
+    job = prepared.job
+    dialect = dialects.get(job.profile.dialect)
+    if not isinstance(dialect, Arrays):  # sweep.plan asked first, and render refuses too
+        raise SpecError(f"{dialect.title} has no job arrays", hint="run the sweep with --separate")
+    if job.pass_env:
+        raise SpecError(
+            "--pass-env cannot reach an array's tasks (each would read the one secrets file)",
+            hint="export the value in the job's environment another way, or submit the points one by one",
+        )
+    return dialect
+
+
+def _task_record(dialect: Dialect, prepared: "Prepared", workdir: str, script_path: str, job_id: str) -> JobRecord:
+    job = prepared.job
+    return record_for(
+        job.profile,
+        dialect,
+        job_id=job_id,
+        host=prepared.host,
+        name=job.name,
+        workdir=workdir,
+        script_path=script_path,
+        submit_argv=prepared.script.submit_argv,
+    )
+
+
+def _record_refused_array(
+    store: JobStore, prepared: "Prepared", record: JobRecord, extras: List[dict], exc: SchedulerError
+) -> NoReturn:
+    """The scheduler took the job but made no array of it: recorded (it exists), then refused."""
+    parent = record.job_id
+    record.extra = {**record.extra, "sweep": extras[0].get("sweep"), "array_refused": exc.message}
+    add_or_explain(store, record, prepared)
+    raise SchedulerError(
+        f"job {parent} was submitted but is not a job array ({exc.message})",
+        hint=f"`hpc-launch cancel {parent}` (it is recorded), then run the sweep with --separate",
+    ) from None
 
 
 SCRIPT_READ_LIMIT = 1 << 20

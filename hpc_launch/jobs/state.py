@@ -1,263 +1,56 @@
-"""A job's state: who decides it, and keeping the store up to date. One policy for all dialects.
-
-Who decides a job's state, in order:
-1. the scheduler, while it knows the job (ONE query per cluster for all its tracked jobs,
-   with the dialect's own fallbacks: PBS history off, Torque-style qstat, ...);
-2. the exit-code file the job script wrote beside its log, once the scheduler has forgotten
-   the job (or says it ended without saying how);
-3. the scheduler's accounting (qacct, sacct) when the script left no exit-code file;
-4. otherwise the job died without running its exit trap (node lost, SIGKILL): failed, unless
-   a cancel was requested.
-
-A cancel counts only when it was asked for (by us, recorded before the request went out) or the
-scheduler says so: a SIGTERM or SIGKILL nobody asked for (walltime, out-of-memory killer) is a
-failure, not a cancel.
+"""A job's state kept up to date in the store: `refresh` (one scheduler query per cluster for all
+its tracked jobs) and `state_poller` (a follower's `state()`). Who decides a state is
+`outcome.py` (with the exit-code policy of `exit_policy.py`); a queued job's start is
+`start_estimate.py`. The names of all three are re-exported here.
 
 Reading a job does more than read it (`refresh`, `state_poller`: `status`, `list -r`, `logs -f`):
-after its new state is stored come the after-steps, named in `AFTER_ENDING` (a job that has just
-ended: its bad hosts are recorded for the cluster, and its chain's waiting links are moved off
-them) and `AFTER_READING` (every read: the --notify messages its jobs left for a relay are sent).
+after its new state is stored come the after-steps (`after_steps.py`), named in `AFTER_ENDING` (a
+job that has just ended: its bad hosts are recorded for the cluster, and its chain's waiting
+links are moved off them) and `AFTER_READING` (every read: the --notify messages its jobs left
+for a relay are sent).
 """
 
 from __future__ import annotations
 
-import re
 import time
-from dataclasses import dataclass, replace
-
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from msgspec.structs import replace as replace_struct
 
 from .. import dialects
-from ..notify import relay as notify_relay
-from ..dialects import ChainHandOff, Dialect, PendingExclusion, StartEstimates, StatusInfo
-from ..dialects.base import StartEstimate
 from ..errors import HpcLaunchError, SchedulerError, TransportError
-from ..logs import read_exit_code
-from ..protocol import (
-    BAD_HOST_TTL_S,
-    EXIT_HANG,
-    EXIT_LOST_START,
-    EXIT_PREFLIGHT,
-    EXIT_RESUMABLE,
-    EXIT_SIGINT,
-    EXIT_SIGKILL,
-    EXIT_SIGTERM,
-    EXIT_WALLTIME,
-    LOCAL_HOST,
-    kept_off_in,
-    parse_bad_hosts_file,
-)
-from ..records import JobRecord, JobStore, recordable_bad_hosts
+from ..notify import relay as notify_relay
+from ..protocol import LOCAL_HOST
+from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
+from .after_steps import AFTER_ENDING, AFTER_READING
 from .connect import TransportFor, transport_for
-from .groups import subjobs_of
+from .exit_policy import cancel_requested, exit_hint, state_from_exit_code
+from .outcome import Outcome, query, runner
+from .start_estimate import START_KEY, span_words, start_of, start_words
 
-
-def cancel_requested(rec: JobRecord) -> bool:
-    return bool((rec.extra or {}).get("cancel_requested_at")) or rec.state == JobState.CANCELLED.value
-
-
-def state_from_exit_code(code: Optional[int], rec: JobRecord) -> JobState:
-    """The one exit-code-to-state policy for what the job script reported (or failed to)."""
-    asked = cancel_requested(rec)
-    if code == 0:
-        return JobState.DONE
-    if code in (EXIT_RESUMABLE, EXIT_WALLTIME):
-        return JobState.TIMEOUT
-    if code == EXIT_LOST_START:  # its start gate stopped it: another cluster trains this (where --submit)
-        return JobState.CANCELLED
-    if code is None or code in (EXIT_SIGTERM, EXIT_SIGINT, EXIT_SIGKILL):
-        return JobState.CANCELLED if asked else JobState.FAILED
-    return JobState.FAILED
-
-
-def exit_hint(state: JobState, code: Optional[int], rec: JobRecord) -> str:
-    """A one-line reason for an end that is not self-explaining."""
-    if state == JobState.FAILED and code == EXIT_SIGKILL and not cancel_requested(rec):
-        return (
-            "killed by SIGKILL that nobody requested: usually the "
-            "out-of-memory killer (lower --micro-batch, or use ZeRO offload)"
-        )
-    if state == JobState.FAILED and code == EXIT_SIGTERM and not cancel_requested(rec):
-        return "terminated by SIGTERM that hpc-launch did not send (walltime, preemption or an admin)"
-    if state == JobState.FAILED and code is None:
-        return "ended without writing its exit code (node lost or killed with SIGKILL)"
-    if code == EXIT_RESUMABLE:
-        return (
-            "stopped before its walltime at a complete checkpoint: resumable (the next --chain link, or submit again)"
-        )
-    if code == EXIT_WALLTIME:
-        return (
-            "no scheduler here, so hpc-launch ended the job at its walltime (SIGTERM, then SIGKILL to what "
-            "still ran after the grace): ask for more with --walltime, or let the trainer checkpoint and resume"
-        )
-    if code == EXIT_HANG:
-        return (
-            "a rank hung and the watchdog ended the job: `hpc-launch "
-            "doctor` names the rank and host (its stacks are in the log)"
-        )
-    if code == EXIT_LOST_START:
-        return "another cluster of its group started this training first: this copy exited without training"
-    if code == EXIT_PREFLIGHT:
-        return (
-            "the pre-flight gate found the job was not what was asked, so "
-            "nothing trained: `hpc-launch doctor` names the host and the fix"
-        )
-    return ""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    state: JobState
-    exit_code: Optional[int] = None
-    raw: str = ""  # the scheduler's word, or where the answer came from
-    comment: str = ""
-    never_runs: bool = False
-    # a queued job: when the scheduler expects it to start (epoch s) and why it waits
-    estimated_start: Optional[float] = None
-    pending_reason: str = ""
-
-
-def runner(transport: Transport, rec: JobRecord) -> Callable[[List[str]], Any]:
-    commands = (rec.extra or {}).get("commands", {})
-    return lambda argv: transport.run(dialects.with_site_commands(argv, commands), timeout=60)
-
-
-def query(transport: Transport, records: List[JobRecord]) -> Dict[str, Outcome]:
-    """job_id -> Outcome for records all on one cluster/host."""
-    if not records:
-        return {}
-    dialect = dialects.get(records[0].dialect)
-    run = runner(transport, records[0])
-    known = dialect.query_jobs(run, {r.job_id: r.script_name for r in records})
-    answers = {rec.job_id: _decide(dialect, run, transport, rec, known.get(rec.job_id)) for rec in records}
-    # a job the scheduler says cannot start as it is has no start to estimate
-    queued = [job for job, got in answers.items() if got.state == JobState.QUEUED and not got.never_runs]
-    if queued:  # one more command, only while some wait
-        estimates: Dict[str, StartEstimate] = {}
-        try:
-            if isinstance(dialect, StartEstimates):
-                estimates = dialect.start_estimates(run, queued)
-        except (SchedulerError, TransportError):
-            estimates = {}  # a courtesy: never what stops a refresh
-        for job in queued:
-            est, info = estimates.get(job), known.get(job)
-            at = est.at if est is not None and est.at is not None else (info.estimated_start if info else None)
-            reason = (est.reason if est is not None else "") or answers[job].comment
-            answers[job] = replace(answers[job], estimated_start=at, pending_reason=reason)
-    return answers
-
-
-def _decide(
-    dialect: Dialect, run: Callable[[List[str]], Any], transport: Transport, rec: JobRecord, info: Optional[StatusInfo]
-) -> Outcome:
-    if info is not None and info.active:
-        if info.state == JobState.UNKNOWN:
-            # a word we do not know never ends (or restarts) a job: keep what we had
-            return Outcome(JobState(rec.state), None, info.raw, info.comment or rec.comment, info.never_runs)
-        return Outcome(info.state, None, info.raw, info.comment, info.never_runs)
-    if info is None or info.ended:  # forgotten by the scheduler: a user's array ends as its tasks did
-        tasks = subjobs_of(lambda: transport, rec)
-        if tasks:
-            return _array_outcome(
-                rec, [(t.job_id, read_exit_code(transport, t.exit_path, t.script_name)) for t in tasks]
-            )
-    code = read_exit_code(transport, rec.exit_path, rec.script_name)
-    if info is not None and not info.ended:
-        # the scheduler says how it ended (state and maybe its own exit status)
-        state = info.state
-        if code == EXIT_RESUMABLE:  # "failed, exit 75" to the scheduler: stopped for time, resumable
-            return Outcome(JobState.TIMEOUT, code, info.raw, exit_hint(JobState.TIMEOUT, code, rec))
-        if state == JobState.FAILED and cancel_requested(rec) and code in (None, EXIT_SIGTERM, EXIT_SIGKILL):
-            state = JobState.CANCELLED
-        code = code if code is not None else info.exit_code
-        return Outcome(state, code, info.raw, info.comment or exit_hint(state, code, rec))
-    if code is None and info is None:
-        acct = dialect.accounting(run, rec.job_id)
-        if acct is not None and not acct.active:
-            state = acct.state
-            if state == JobState.FAILED and cancel_requested(rec):
-                state = JobState.CANCELLED
-            return Outcome(state, acct.exit_code, acct.raw or "accounting", acct.comment)
-    raw = info.raw if info is not None else "gone"
-    comment = info.comment if info is not None else ""
-    if code in (None, EXIT_SIGTERM, EXIT_SIGKILL) and not cancel_requested(rec):
-        verdict = dialect.log_verdict(_log_tail(transport, rec))
-        if verdict is not None:  # the scheduler killed it for a limit and said so in the log
-            return Outcome(verdict.state, code, raw, verdict.comment)
-    state = state_from_exit_code(code, rec)
-    return Outcome(state, code, raw, comment or exit_hint(state, code, rec))
-
-
-def _array_outcome(rec: JobRecord, codes: List[Tuple[str, Optional[int]]]) -> Outcome:
-    """An array (its own id, with no exit file of its own) from its tasks' exit files: as good as its
-    worst task, which the comment names."""
-    worst = [JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED, JobState.DONE]
-    states = [(task, code, state_from_exit_code(code, rec)) for task, code in codes]
-    state = min((s for _, _, s in states), key=worst.index)
-    if state == JobState.DONE:
-        return Outcome(state, 0, "tasks", f"all {len(codes)} array tasks wrote exit code 0")
-    bad = [(task, code) for task, code, s in states if s == state]
-    task, code = bad[0]
-    how = f"exit code {code}" if code is not None else exit_hint(state, code, rec)
-    return Outcome(state, code, "tasks", f"{len(bad)} of {len(codes)} array tasks {state.value}, first {task}: {how}")
-
-
-def _log_tail(transport: Transport, rec: JobRecord, size: int = 16384) -> str:
-    try:
-        end = transport.size(rec.log_path)
-        if not end:
-            return ""
-        return transport.read_from(rec.log_path, max(0, end - size), size).decode("utf-8", "replace")
-    except (OSError, HpcLaunchError):
-        return ""
-
-
-START_KEY = "start_estimate"  # a queued job's record.extra: {"at": epoch s or None, "reason": why it waits}
-
-
-def start_of(rec: JobRecord) -> Tuple[Optional[float], str]:
-    """(estimated start, why it waits) of a queued job as last refreshed; (None, "") otherwise."""
-    got = (rec.extra or {}).get(START_KEY) if JobState(rec.state) == JobState.QUEUED else None
-    if not isinstance(got, dict):
-        return None, ""
-    at = got.get("at")
-    return (float(at) if isinstance(at, (int, float)) else None), str(got.get("reason") or "")
-
-
-def span_words(seconds: float) -> str:
-    """A duration as `2h10m`, `3d4h`, `5m`, `40s` (two units at most: an estimate is rough)."""
-    s = max(0, int(seconds))
-    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
-    if d:
-        return f"{d}d{h}h" if h else f"{d}d"
-    if h:
-        return f"{h}h{m:02d}m" if m else f"{h}h"
-    return f"{m}m" if m else f"{s}s"
-
-
-def start_words(rec: JobRecord, now: Optional[float] = None) -> str:
-    """When a queued job starts and why it waits, in plain words (`status`'s "starts" column and a
-    follower's waiting line): `in 2h10m (Resources: waiting for nodes)`. "" for a job not queued."""
-    if JobState(rec.state) != JobState.QUEUED:
-        return ""
-    if ((rec.extra or {}).get(START_KEY) or {}).get("never"):
-        return "not as it is (the scheduler says why)"
-    at, reason = start_of(rec)
-    dialect = dialects.get(rec.dialect)
-    if at is not None:
-        left = at - (time.time() if now is None else now)
-        when = f"in {span_words(left)}" if left >= 60 else "any moment (the estimate is due)"
-    elif not dialect.has_scheduler:
-        return reason
-    elif dialect.supports(StartEstimates):
-        when = "not estimated yet"
-    else:  # the scheduler has none to give: say so rather than guess
-        when = f"no estimate from {dialect.title}"
-    return f"{when} ({reason})" if reason else when
+__all__ = [  # callers import these from here (jobs/__init__, cancel, the CLI, tests)
+    "AFTER_ENDING",
+    "AFTER_READING",
+    "START_KEY",
+    "NeverRuns",
+    "Outcome",
+    "Unreached",
+    "cancel_requested",
+    "exit_hint",
+    "query",
+    "refresh",
+    "refresh_is_cheap",
+    "runner",
+    "span_words",
+    "start_of",
+    "start_words",
+    "state_from_exit_code",
+    "state_poller",
+    "store_outcome",
+]
 
 
 def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Optional[Transport] = None) -> None:
@@ -283,99 +76,10 @@ def store_outcome(store: JobStore, rec: JobRecord, got: Outcome, transport: Opti
     store.update(rec.cluster, rec.job_id, **fields)
 
 
-def record_bad_hosts(
-    store: JobStore, rec: JobRecord, got: Outcome, transport: Transport, extra: Dict[str, Any]
-) -> None:
-    """After-step: the hosts a job that just ended found bad, remembered for its cluster (later
-    jobs avoid them) and in its record's `extra["bad_hosts"]`."""
-    here = not dialects.get(rec.dialect).has_scheduler  # its hosts may be this machine (records.py)
-    bad = recordable_bad_hosts(bad_hosts_of(transport, rec, got), here=here)
-    if bad:
-        extra["bad_hosts"] = store.add_bad_hosts(rec.cluster, bad, rec.job_id, BAD_HOST_TTL_S)
-
-
-def keep_waiting_links_off(
-    store: JobStore, rec: JobRecord, got: Outcome, transport: Transport, extra: Dict[str, Any]
-) -> None:
-    """After-step: once a link found bad hosts, its chain's links that wait are changed to avoid
-    them, where the scheduler can change a waiting job (`avoid_in_later_links`)."""
-    if extra.get("bad_hosts"):
-        avoid_in_later_links(store, rec, transport)
-
-
-def relay_notifications(store: JobStore, records: List[JobRecord], transport: Transport) -> None:
-    """After-step: this side has a network: send the --notify messages the jobs could not."""
-    notify_relay.relay(store, records, transport)
-
-
-AfterEnding = Callable[[JobStore, JobRecord, "Outcome", Transport, Dict[str, Any]], None]
-AfterReading = Callable[[JobStore, List[JobRecord], Transport], None]
-# What storing a job's new state also does, in order, when the job has just ended (its record's
-# `extra` is written after them: a step may add to it).
-AFTER_ENDING: Tuple[Tuple[str, AfterEnding], ...] = (
-    ("record the hosts it found bad", record_bad_hosts),
-    ("keep the chain's waiting links off them", keep_waiting_links_off),
-)
-# What reading jobs also does, once their states are stored (`state_poller`: at a change of state
-# and every RELAY_EVERY_S).
-AFTER_READING: Tuple[Tuple[str, AfterReading], ...] = (("relay notifications", relay_notifications),)
-
-
 def after_reading(store: JobStore, records: List[JobRecord], transport: Transport) -> None:
+    """Run the AFTER_READING steps for jobs just read (this module's table: tests replace it)."""
     for _, step in AFTER_READING:
         step(store, records, transport)
-
-
-def bad_hosts_of(transport: Transport, rec: JobRecord, got: Outcome) -> Dict[str, str]:
-    """host -> reason: what the job's own checks wrote (its bad-hosts file) and, for a failure,
-    the scheduler's word in the log naming a node that failed (the dialect's `node_failure`)."""
-    bad: Dict[str, str] = {}
-    try:
-        data = transport.read_from(rec.bad_hosts_path, 0, 65536)
-        bad.update(parse_bad_hosts_file(data.decode("utf-8", "replace")))
-    except (OSError, HpcLaunchError):
-        pass
-    patterns = dialects.scheduler_words(dialects.get(rec.dialect), "node_failure")
-    if got.state == JobState.FAILED and patterns:
-        tail = _log_tail(transport, rec)
-        for pattern in patterns:
-            for m in re.finditer(pattern, tail, re.M):
-                bad.setdefault(m.group("host"), f"node failure: {m.group(0).strip()[:200]}")
-    return bad
-
-
-def avoid_in_later_links(store: JobStore, rec: JobRecord, transport: Transport) -> List[str]:
-    """Keep the chain's links that have not started off every host remembered as bad, where the
-    scheduler can change a pending job (Slurm). Returns the ids of the links changed.
-
-    The link itself did so for the next link as it ended (`keep_dependents_off_shell`), often long
-    before this runs: its log's kept-off lines are recorded for those links' summaries."""
-    chain = (rec.extra or {}).get("chain")
-    dialect = dialects.get(rec.dialect)
-    hosts = sorted({b.host for b in store.bad_hosts(rec.cluster)})
-    if not chain or not hosts or not isinstance(dialect, PendingExclusion):
-        return []
-    kept_off = kept_off_in(_log_tail(transport, rec)) if dialect.supports(ChainHandOff) else {}
-    changed = []
-    for later in store.list(cluster=rec.cluster, limit=10000):
-        extra = later.extra or {}
-        if later.job_id in kept_off and extra.get("chain") == chain:
-            extra = {**extra, "excluded": sorted(set(extra.get("excluded", [])) | set(kept_off[later.job_id]))}
-            store.update(later.cluster, later.job_id, extra=extra)
-            changed.append(later.job_id)
-        elif (
-            extra.get("chain") == chain
-            and extra.get("link", 0) > (rec.extra or {}).get("link", 0)
-            and JobState(later.state) == JobState.QUEUED
-        ):
-            # the list replaces the link's own (Slurm's ExcNodeList): keep what it was submitted with
-            keep_off = sorted(set(hosts) | set(extra.get("excluded", [])))
-            argv = dialect.exclude_pending_argv(later.job_id, keep_off)
-            result = runner(transport, later)(argv or [])
-            if result.rc == 0:
-                changed.append(later.job_id)
-                store.update(later.cluster, later.job_id, extra={**extra, "excluded": keep_off})
-    return changed
 
 
 def refresh_is_cheap(rec: JobRecord) -> bool:

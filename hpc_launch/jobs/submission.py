@@ -53,8 +53,7 @@ def submit(
     `check`: first ask the scheduler to validate the script without queueing it (where.py)."""
 
     job = prepared.job
-    profile = job.profile
-    dialect = dialects.get(profile.dialect)
+    dialect = dialects.get(job.profile.dialect)
     store, transport, own_transport = opened(prepared, store, transport)
     try:
         workdir, script_path = placed(transport, prepared)
@@ -64,79 +63,35 @@ def submit(
             job.container_record = check_image(transport, job, workdir)
         written: List[str] = []
         recorded = False
-        # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
-        # the submit command runs without them, so no scheduler keeps a copy
-        secrets_path = secrets.path_for(script_path) if job.pass_env else None
         # The files go with the first command that runs (over SSH on its stdin, in one round trip:
         # transport/send_files.py): the scheduler's check if it has one, else the submit command.
         ahead = FilesAhead(transport)
         try:
-            capsule_dir = write_capsule(ahead, prepared, workdir, written)
-            queue(ahead, script_path, prepared.script.text.encode(), 0o755, written)
-            if check:  # the scheduler's own validation, where it has one: a refusal queues nothing
-                check_before_submit(cast(Transport, ahead), prepared, workdir)
-            if secrets_path:  # after the check: a refused job never had its values written
-                queue(ahead, secrets_path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
+            capsule_dir = _send_ahead(ahead, prepared, workdir, script_path, written, check)
             with signals_held() as caught:
-                try:
-                    job_id = run_submit(
-                        cast(Transport, ahead),
-                        prepared.script.submit_argv,
-                        workdir,
-                        dialect,
-                        script_text=prepared.script.text,
-                        env=submitter_env(dialect, prepared.host, dict(secrets.submit_env(job.pass_env) or {})),
-                        script_relpath=prepared.script.script_relpath,
-                        sleep=sleep,
-                    )
-                except (SchedulerError, TransportError):
-                    if not caught:
-                        raise
-                    job_id = interrupted_submit(dialect, transport, workdir, prepared)
-                record = record_for(
-                    profile,
-                    dialect,
-                    job_id=job_id,
-                    host=prepared.host,
-                    name=job.name,
-                    workdir=workdir,
-                    script_path=script_path,
-                    submit_argv=prepared.script.submit_argv,
-                )
-                record.extra = {**record.extra, "capsule": capsule_dir}
-                if job.chain > 1:
-                    record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
-                if job.exclude:  # kept off by the scheduler: the summary says so
-                    record.extra = {**record.extra, "excluded": list(job.exclude)}
+                job_id = _submit_command(ahead, transport, prepared, dialect, workdir, caught, sleep)
+                record = _first_record(dialect, prepared, job_id, workdir, script_path, capsule_dir)
                 try:
                     add_or_explain(store, record, prepared)
                 except NotRecorded:  # its message names the job and its `adopt` line: it may run
                     release(transport, dialect, record)
                     raise
                 recorded = True
-                written.clear()  # the job's files now: never removed by a failure after this
+                # the job's files now: never removed by a failure after this; a later link's failure
+                # leaves the earlier links, recorded
+                written.clear()
                 release(transport, dialect, record)
                 if on_recorded is not None:
                     on_recorded(record)
                 previous = job_id
                 for link in range(2, job.chain + 1):
-                    written = []  # earlier links exist: a failure now leaves them, recorded
                     previous = submit_link(
                         transport, store, prepared, dialect, workdir, record, link, previous, sleep, on_recorded
                     )
         except NotRecorded:
             raise
         except BaseException as exc:  # Ctrl-C too: nothing half-done is left behind, the secrets least of all
-            for path in reversed(written):
-                discard(transport, path)
-            if not recorded:  # links recorded share the capsule; none was: it goes too
-                discard_empty_dirs(transport, f"{workdir}/{prepared.script.capsule_relpath}")
-            if isinstance(exc, FileWriteError):
-                where = "here" if prepared.host == LOCAL_HOST else f"on {prepared.host}"
-                raise SpecError(
-                    f"cannot write {exc.filename} {where}: {exc.strerror}",
-                    hint="pass --workdir with a directory you can write, with free space",
-                ) from None
+            _undo(transport, prepared, workdir, written, recorded, exc)
             raise
         if caught:
             raise KeyboardInterrupt  # after the record: the job is known, the interrupt still counts
@@ -144,6 +99,93 @@ def submit(
     finally:
         if own_transport:
             transport.close()
+
+
+def _send_ahead(
+    ahead: FilesAhead, prepared: "Prepared", workdir: str, script_path: str, written: List[str], check: bool
+) -> str:
+    """The capsule and the script queued to go with the first command; the scheduler's check run
+    (with them) where asked; then the secrets file. Returns the capsule's directory."""
+    job = prepared.job
+    capsule_dir = write_capsule(ahead, prepared, workdir, written)
+    queue(ahead, script_path, prepared.script.text.encode(), 0o755, written)
+    if check:  # the scheduler's own validation, where it has one: a refusal queues nothing
+        check_before_submit(cast(Transport, ahead), prepared, workdir)
+    # --pass-env values go in a 0600 file the job reads and deletes (hpc_launch/secrets.py);
+    # the submit command runs without them, so no scheduler keeps a copy
+    if job.pass_env:  # after the check: a refused job never had its values written
+        secrets_path = secrets.path_for(script_path)
+        queue(ahead, secrets_path, secrets.encode(secrets.collect(job.pass_env)), 0o600, written, private=True)
+    return capsule_dir
+
+
+def _submit_command(
+    ahead: FilesAhead,
+    transport: Transport,
+    prepared: "Prepared",
+    dialect: Dialect,
+    workdir: str,
+    caught: List[int],
+    sleep: Callable[[float], None],
+) -> str:
+    """The submit command run once (with the files still queued); after a Ctrl-C its failure is
+    no refusal: the job it may have made is looked for (`interrupted_submit`)."""
+    job = prepared.job
+    try:
+        return run_submit(
+            cast(Transport, ahead),
+            prepared.script.submit_argv,
+            workdir,
+            dialect,
+            script_text=prepared.script.text,
+            env=submitter_env(dialect, prepared.host, dict(secrets.submit_env(job.pass_env) or {})),
+            script_relpath=prepared.script.script_relpath,
+            sleep=sleep,
+        )
+    except (SchedulerError, TransportError):
+        if not caught:
+            raise
+        return interrupted_submit(dialect, transport, workdir, prepared)
+
+
+def _first_record(
+    dialect: Dialect, prepared: "Prepared", job_id: str, workdir: str, script_path: str, capsule_dir: str
+) -> JobRecord:
+    """The job's record: its capsule, its chain (the first link), the hosts it was kept off."""
+    job = prepared.job
+    record = record_for(
+        job.profile,
+        dialect,
+        job_id=job_id,
+        host=prepared.host,
+        name=job.name,
+        workdir=workdir,
+        script_path=script_path,
+        submit_argv=prepared.script.submit_argv,
+    )
+    record.extra = {**record.extra, "capsule": capsule_dir}
+    if job.chain > 1:
+        record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
+    if job.exclude:  # kept off by the scheduler: the summary says so
+        record.extra = {**record.extra, "excluded": list(job.exclude)}
+    return record
+
+
+def _undo(
+    transport: Transport, prepared: "Prepared", workdir: str, written: List[str], recorded: bool, exc: BaseException
+) -> None:
+    """What a failed submission wrote removed; a file that could not be written is one line
+    naming the fix (SpecError), anything else is re-raised by the caller."""
+    for path in reversed(written):
+        discard(transport, path)
+    if not recorded:  # links recorded share the capsule; none was: it goes too
+        discard_empty_dirs(transport, f"{workdir}/{prepared.script.capsule_relpath}")
+    if isinstance(exc, FileWriteError):
+        where = "here" if prepared.host == LOCAL_HOST else f"on {prepared.host}"
+        raise SpecError(
+            f"cannot write {exc.filename} {where}: {exc.strerror}",
+            hint="pass --workdir with a directory you can write, with free space",
+        ) from None
 
 
 def interrupted_submit(dialect: Dialect, transport: Transport, workdir: str, prepared: "Prepared") -> str:

@@ -1,6 +1,8 @@
 """SSHTransport: one paramiko connection to a login node (through its ProxyJump hops), reused for
 commands (connect retried; a sent command never resent), commands that carry files on their stdin
-(send_files.py: a submit's script, capsule and secrets) and SFTP file operations (reads, stats)."""
+(send_files.py: a submit's script, capsule and secrets) and SFTP file operations (reads, stats).
+Opening the route is ssh_connect.py; what each file operation does on the SFTP session is
+sftp_files.py."""
 
 from __future__ import annotations
 
@@ -12,16 +14,15 @@ import shlex
 import socket
 import threading
 import time
-import uuid
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, List, Mapping, Optional, Sequence, TypeVar
 
 from hpc_launch.errors import HostKeyError, TransportError
 
-from . import host_keys, paramiko_lite, send_files
-from .auth import authenticate
+from . import paramiko_lite, send_files, sftp_files
 from .base import CommandResult, decode_output, transport_error
 from .remote_command import strip_preamble, wrap_remote_command
-from .ssh_config import Hop, SshConfig
+from .ssh_config import SshConfig
+from .ssh_connect import alive, describe, open_route, worth_retrying
 
 _T = TypeVar("_T")  # what an SFTP operation returns
 
@@ -69,60 +70,9 @@ class SSHTransport:
 
     # ---- connecting
 
-    def _connect_once(self) -> list:
-        import paramiko
-
+    def _connect_once(self) -> List[Any]:
         self.connect_attempts += 1
-        transports: list = []
-        try:
-            for hop in self.config.route(self.host):
-                timeout = hop.connect_timeout or self.connect_timeout
-                if transports:
-                    sock = transports[-1].open_channel(
-                        "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=timeout
-                    )
-                elif hop.proxy_command:
-                    sock = paramiko.ProxyCommand(hop.proxy_command)
-                else:
-                    sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
-                t = paramiko.Transport(sock)
-                transports.append(t)
-                t.banner_timeout = t.handshake_timeout = t.auth_timeout = timeout
-                known = host_keys.known_keys(hop)
-                host_keys.prefer_known_key_types(t, known)
-                self._handshake(t, hop, timeout)
-                # checked before any credential is offered
-                host_keys.verify_host_key(hop, t.get_remote_server_key(), known, self.config.ssh_command(hop.alias))
-                authenticate(hop, t)
-                t.set_keepalive(30)  # long `logs -f` sessions survive idle-killing firewalls
-            return transports
-        except BaseException:
-            for t in reversed(transports):
-                t.close()
-            raise
-
-    def _handshake(self, t: Any, hop: Hop, timeout: float) -> None:
-        """The SSH banner and key exchange, bounded by paramiko's own timeouts (set to the hop's);
-        an endpoint that accepts TCP but never speaks SSH is named, not retried."""
-        import paramiko
-
-        try:
-            # paramiko's banner and handshake timeouts end it first: waiting as long here would race
-            # them and end with a bare "No existing session"
-            t.start_client(timeout=2 * timeout + 5)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            if t.remote_version or not _timed_out(exc):
-                raise
-        else:
-            if t.initial_kex_done:
-                return
-            if t.remote_version:
-                raise paramiko.SSHException(f"no SSH key exchange within {timeout:g} s")
-        where = f"{hop.hostname}:{hop.port}" + (f" ({hop.alias})" if hop.alias != hop.hostname else "")
-        raise transport_error(
-            f"{where} accepted the connection but sent no SSH banner within {timeout:g} s: is it an SSH server?",
-            hint=f"check HostName and Port of {hop.alias} in {self.ssh_config_path}",
-        )
+        return open_route(self.config, self.host, self.connect_timeout, self.ssh_config_path)
 
     def _connect(self) -> None:
         """Connect with bounded retries; only failures a retry can fix are retried (_worth_retrying)."""
@@ -140,13 +90,13 @@ class SSHTransport:
             except TransportError:
                 raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
-                if attempt == self.retries or not _worth_retrying(exc):
+                if attempt == self.retries or not worth_retrying(exc):
                     raise transport_error(
-                        f"cannot connect to {self.host}: {_describe(exc)} "
+                        f"cannot connect to {self.host}: {describe(exc)} "
                         f"(after {attempt + 1} attempt{'s' if attempt else ''})",
                         hint=f"check that `ssh {self.host}` works from this machine",
                     ) from exc
-                log.debug("connect to %s failed (%s); retrying in %.1f s", self.host, _describe(exc), delay)
+                log.debug("connect to %s failed (%s); retrying in %.1f s", self.host, describe(exc), delay)
                 time.sleep(delay)
                 delay *= 2
 
@@ -231,7 +181,7 @@ class SSHTransport:
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self._drop()  # nothing was sent yet: reconnect and try once more
                 if attempt == 2:
-                    raise transport_error(f"cannot open a session on {self.host}: {_describe(exc)}") from exc
+                    raise transport_error(f"cannot open a session on {self.host}: {describe(exc)}") from exc
         try:
             return self._exchange(channel, command, stdin, timeout)
         except _Unknown as exc:
@@ -266,7 +216,7 @@ class SSHTransport:
                     # command) and when the connection died: only a live connection means "it ended".
                     rc = channel.exit_status if channel.exit_status_ready() else -1
                     if rc == -1:
-                        if not _alive(channel.get_transport()):
+                        if not alive(channel.get_transport()):
                             raise _Unknown("the connection dropped before it finished")
                         err += b"remote command ended without an exit status (killed by a signal?)\n"
                     break
@@ -275,7 +225,7 @@ class SSHTransport:
                     raise _Unknown(f"no result within {timeout:g} s")
                 select.select([channel], [], [], min(remaining, 1.0))
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise _Unknown(_describe(exc)) from exc
+            raise _Unknown(describe(exc)) from exc
         return CommandResult(rc, strip_preamble(decode_output(bytes(out))), strip_preamble(decode_output(bytes(err))))
 
     # ---- files (SFTP; every operation here is idempotent, so one reconnect is safe)
@@ -298,12 +248,12 @@ class SSHTransport:
                         isinstance(exc, OSError)
                         and not isinstance(exc, (ConnectionError, socket.timeout))
                         and self._transports
-                        and _alive(self._transports[-1])
+                        and alive(self._transports[-1])
                     ):
                         raise  # the file's own answer (no such file, permission denied, SFTP "Failure")
                     self._drop()  # paramiko says "Socket is closed" (an OSError without errno) when sshd went away
                     if attempt == 2:
-                        raise transport_error(f"file transfer with {self.host} failed: {_describe(exc)}") from exc
+                        raise transport_error(f"file transfer with {self.host} failed: {describe(exc)}") from exc
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def resolve_path(self, path: str) -> str:
@@ -317,91 +267,24 @@ class SSHTransport:
 
     def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
         path = self.resolve_path(path)
-        parent = posixpath.dirname(path)
-        tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-
-        def op(sftp: Any) -> None:
-            _sftp_makedirs(sftp, parent)
-            try:
-                with sftp.open(tmp, "wb") as fh:
-                    fh.write(text.encode("utf-8"))
-                sftp.chmod(tmp, mode)
-                sftp.posix_rename(tmp, path)
-            except BaseException:
-                try:
-                    sftp.remove(tmp)
-                except OSError:
-                    pass
-                raise
-
-        self._with_sftp(op)
+        self._with_sftp(lambda sftp: sftp_files.write_atomically(sftp, path, text, mode))
 
     def put_private(self, path: str, data: bytes) -> None:
-        """A new file only this user can read: the SFTP open request itself carries mode 0600
-        (with O_EXCL), so the file never exists with wider permissions. The directory must exist."""
-        from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE, SFTPError
-        from paramiko.sftp_attr import SFTPAttributes
-        from paramiko.sftp_file import SFTPFile
-
+        """A new file only this user can read, never with wider permissions (sftp_files.create_private)."""
         path = self.resolve_path(path)
-        attrs = SFTPAttributes()
-        attrs.st_mode = 0o600
-
-        def op(sftp: Any) -> None:
-            kind, msg = sftp._request(CMD_OPEN, path, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL, attrs)
-            if kind != CMD_HANDLE:
-                raise SFTPError("Expected handle")
-            with SFTPFile(sftp, msg.get_binary(), "wb") as fh:
-                fh.write(data)
-            if sftp.stat(path).st_mode & 0o077:  # a server that ignored the requested mode
-                sftp.remove(path)
-                raise transport_error(
-                    f"the SFTP server on {self.host} did not create {path} with mode 0600",
-                    hint="--pass-env needs a server that honours the mode of a new file (OpenSSH does)",
-                )
-
-        self._with_sftp(op)
+        self._with_sftp(lambda sftp: sftp_files.create_private(sftp, path, data, self.host))
 
     def read_from(self, path: str, offset: int, limit: int = 1 << 20) -> bytes:
         path = self.resolve_path(path)
-
-        def op(sftp: Any) -> bytes:
-            import errno
-            import stat
-
-            from ..paths import NotAUserFile
-
-            # the server's open() of a FIFO would wait for a writer, holding the session: only a regular file
-            mode = sftp.stat(path).st_mode
-            if mode is not None and not stat.S_ISREG(mode):
-                raise NotAUserFile(errno.EINVAL, "is not a regular file but a directory, device, FIFO or socket", path)
-            with sftp.open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read(limit)
-
-        return self._with_sftp(op)
+        return self._with_sftp(lambda sftp: sftp_files.read_regular(sftp, path, offset, limit))
 
     def size(self, path: str) -> Optional[int]:
         path = self.resolve_path(path)
-
-        def op(sftp: Any) -> Optional[int]:
-            try:
-                return sftp.stat(path).st_size
-            except FileNotFoundError:
-                return None
-
-        return self._with_sftp(op)
+        return self._with_sftp(lambda sftp: sftp_files.size_or_none(sftp, path))
 
     def remove(self, path: str) -> None:
         path = self.resolve_path(path)
-
-        def op(sftp: Any) -> None:
-            try:
-                sftp.remove(path)
-            except FileNotFoundError:
-                pass
-
-        self._with_sftp(op)
+        self._with_sftp(lambda sftp: sftp_files.remove_if_there(sftp, path))
 
     def close(self) -> None:
         self._drop()
@@ -421,56 +304,3 @@ def _send_all(channel: Any, data: bytes) -> None:
         if sent == 0:  # the channel closed: its exit status (or a lost connection) tells which
             return
         offset += sent
-
-
-def _alive(t: Any) -> bool:
-    """Whether the connection still answers (a round trip, not just paramiko's flag)."""
-    if t is None or not t.is_active():
-        return False
-    try:
-        t.global_request("keepalive@openssh.com", wait=True)  # sshd answers failure; any answer will do
-    except (OSError, EOFError):
-        return False
-    return t.is_active()
-
-
-def _sftp_makedirs(sftp: Any, path: str) -> None:
-    missing = []
-    while path not in ("", "/"):
-        try:
-            sftp.stat(path)
-            break
-        except FileNotFoundError:
-            missing.append(path)
-            path = posixpath.dirname(path)
-    for p in reversed(missing):
-        try:
-            sftp.mkdir(p)
-        except OSError:
-            sftp.stat(p)  # created meanwhile by someone else is fine; anything else re-raises
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """A timeout, or an error paramiko raised from one (its "Error reading SSH protocol banner")."""
-    return any(isinstance(e, socket.timeout) for e in (exc, exc.__cause__, exc.__context__))
-
-
-def _worth_retrying(exc: BaseException) -> bool:
-    """Fast failures that a restarting or busy sshd explains: refused, reset, closed before its
-    banner (sshd's MaxStartups drops), a proxy or jump host that could not connect yet. Not a
-    timeout (the hop's whole ConnectTimeout was spent on silence; another try waits as long for the
-    same), nor a protocol error (the same server answers the same)."""
-    import paramiko
-
-    if _timed_out(exc):
-        return False
-    if isinstance(exc, (paramiko.ProxyCommandFailure, paramiko.ChannelException)):
-        return True
-    if isinstance(exc, paramiko.SSHException):
-        return isinstance(exc.__cause__ or exc.__context__, (OSError, EOFError))
-    return True
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
