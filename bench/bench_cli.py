@@ -235,7 +235,8 @@ assert fast_runner(%r) is not None, "the dry-run did not take the fast path"
 t1b = time.perf_counter()
 from hpc_launch.spec import spec_from
 from hpc_launch.prepare import prepare
-from hpc_launch import profiles, render
+from hpc_launch import render
+from hpc_launch.site import profiles
 t2 = time.perf_counter()
 p = profiles.load("abci")
 t3 = time.perf_counter()

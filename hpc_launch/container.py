@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Optional
 from msgspec.structs import replace
 
 from .errors import SpecError
-from .profiles import Container, Profile, Stage
+from .site.profiles import Container, Profile, Stage
 
 WORKDIR = '"$WORKDIR"'  # the job script's work dir variable (templates/body/prologue.sh.j2)
 STAGED_IMAGE = '"$HPC_LAUNCH_IMAGE"'  # the node-local copy's path, set by templates/body/container.sh.j2

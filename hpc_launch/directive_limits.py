@@ -12,7 +12,7 @@ import re
 from typing import Any, Dict, Optional
 
 from .errors import SpecError
-from .profiles import Profile
+from .site.profiles import Profile
 from .walltime import parse_walltime
 
 # Placeholders a profile's directive carries that hpc-launch checks against the site's limits,

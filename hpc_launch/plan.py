@@ -383,7 +383,7 @@ def plan_for_cluster(
     precision: str = "bf16",
 ) -> PlanResult:
     """`hpc-launch plan`: the estimates for `nodes` of `cluster` (its queue's GPUs per node)."""
-    from . import profiles
+    from .site import profiles
 
     p = profiles.load(cluster)
     gpus = gpus_per_node if gpus_per_node is not None else p.node_gpus(queue)

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 import msgspec
 from msgspec.structs import replace
 
-from . import dialects, profiles
+from . import dialects
+from .site import profiles
 from .errors import HpcLaunchError, SpecError
 from .capsule import private_note, snapshot
 from .protocol import CAPSULE_CODE, LOCAL_HOST, capsule_relpath, is_local

@@ -18,7 +18,8 @@ import msgspec
 from msgspec import field
 from msgspec.structs import replace
 
-from . import __version__, dialects, launchers, protocol
+from . import __version__, dialects, protocol
+from .site import launchers
 from .errors import SpecError, TemplateError
 from .protocol import SCRIPT_DIR, link_script_name
 from .resolve import ResolvedJob

@@ -39,7 +39,7 @@ __all__ = [  # the grid and the jobs' names are the sweep's too: commands and te
 ]
 
 if TYPE_CHECKING:
-    from .profiles import ProfileFiles
+    from .site.profiles import ProfileFiles
 
 # ---------------------------------------------------------------------------------------------
 # the points as jobs, checked
@@ -124,7 +124,7 @@ def _check_user_limits(sweep: SweepPlan) -> None:
     """Every point is queued at once: refused before anything is submitted where the site lets
     a user have fewer jobs in the queue (each array task counts where the site counts it), and
     a note where fewer run at once."""
-    from . import site_rules
+    from .site import rules as site_rules
 
     profile = sweep.points[0].prepared.job.profile
     jobs: Dict[Optional[str], int] = {}

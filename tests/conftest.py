@@ -17,7 +17,7 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HPC_LAUNCH_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("HPC_LAUNCH_STATE_DIR", str(base / "state"))
     monkeypatch.delenv("HPC_LAUNCH_CLUSTERS_DIR", raising=False)
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
 
     profiles._discover.cache_clear()
     yield

@@ -15,7 +15,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hpc_launch import profiles, protocol
+from hpc_launch import protocol
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.jobs.state import Outcome, store_outcome
 from hpc_launch.prepare import prepare

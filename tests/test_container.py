@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
-from hpc_launch.profiles import Container
+from hpc_launch.site.profiles import Container
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
 

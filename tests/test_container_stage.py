@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.container import check_image
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

@@ -11,7 +11,8 @@ from typing import List
 
 import pytest
 
-from hpc_launch import dialects, doctor, profiles
+from hpc_launch import dialects, doctor
+from hpc_launch.site import profiles
 from hpc_launch import hostfile as hf
 from hpc_launch.dialects import base
 from hpc_launch.dialects.base import Dialect, last_matching_line

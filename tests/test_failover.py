@@ -13,7 +13,7 @@ import subprocess
 import msgspec
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.follow import host_lines
 from hpc_launch.records import JobRecord

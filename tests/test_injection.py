@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

@@ -88,7 +88,8 @@ def test_a_regular_template_override_still_applies(work, capsys, monkeypatch):
 _DRIVER = """
 import json, sys, time
 from pathlib import Path
-from hpc_launch import profiles, project_config
+from hpc_launch import project_config
+from hpc_launch.site import profiles
 from hpc_launch.errors import HpcLaunchError
 
 for kind, path in json.loads(sys.argv[1]):
@@ -176,7 +177,7 @@ def test_yaml_billion_laughs_is_refused_promptly(outcomes, kind, path):
 
 
 def test_aliases_in_moderation_still_load(tmp_path):
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
 
     path = tmp_path / "mine.yaml"
     path.write_text("name: mine\nextends: local\nenv: {A: &v '1', B: *v}\n")

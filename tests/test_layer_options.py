@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from envutil import scheduler_env_cleared
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

@@ -15,7 +15,8 @@ from typing import List
 
 import pytest
 
-from hpc_launch import notify, profiles
+from hpc_launch import notify
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve, spec_from

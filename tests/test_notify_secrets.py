@@ -20,7 +20,8 @@ from typing import List
 
 import pytest
 
-from hpc_launch import notify, profiles
+from hpc_launch import notify
+from hpc_launch.site import profiles
 from hpc_launch.notify import outbox as notify_outbox, relay as notify_relay
 from hpc_launch.errors import SpecError
 from hpc_launch.records import JobStore

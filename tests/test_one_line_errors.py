@@ -199,7 +199,8 @@ def test_a_store_path_that_is_a_directory(hpc_launch_bin, home):
 
 
 def test_an_unexpected_error_is_one_line_and_the_traceback_is_one_variable_away(monkeypatch, capsys):
-    from hpc_launch import cli, profiles
+    from hpc_launch import cli
+    from hpc_launch.site import profiles
 
     def boom(*a, **k):
         raise RuntimeError("something nobody foresaw")

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from hpc_launch import gather, profiles
+from hpc_launch import gather
+from hpc_launch.site import profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

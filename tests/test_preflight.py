@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from hpc_launch import launchers, protocol
+from hpc_launch import protocol
+from hpc_launch.site import launchers
 from hpc_launch.train import dist, preflight
 from hpc_launch.train.dist import PreflightError
 

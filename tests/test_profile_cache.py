@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 
 LOAD_AND_REPORT = (
-    "import sys; from hpc_launch import profiles; p = profiles.load(sys.argv[1]); "
+    "import sys; from hpc_launch.site import profiles; p = profiles.load(sys.argv[1]); "
     "print(p.group.default or '-', 'yaml' in sys.modules)"
 )
 

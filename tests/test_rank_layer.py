@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_launch import launchers, profiles, protocol
+from hpc_launch import protocol
+from hpc_launch.site import launchers, profiles
 from hpc_launch.joblayer import after_import, deepspeed_cpu, steps
 from hpc_launch.joblayer.ranks import RankInfo, discover, torch_env
 from hpc_launch.render import render

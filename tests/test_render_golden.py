@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve
 

@@ -316,7 +316,7 @@ def test_a_plan_the_jobs_or_the_site_cannot_answer_is_one_line_and_writes_nothin
 
 
 def test_the_shipped_charges_name_their_source_and_give_no_rate_without_one():
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
 
     charged = {}
     for name in profiles.available():
@@ -332,7 +332,7 @@ def test_the_shipped_charges_name_their_source_and_give_no_rate_without_one():
 
 
 def test_a_charge_for_a_queue_the_site_lacks_is_refused(tmp_path, monkeypatch):
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
     from hpc_launch.errors import ProfileError
 
     (tmp_path / "bad.yaml").write_text(

@@ -9,7 +9,8 @@ import sys
 import pytest
 from msgspec.structs import replace
 
-from hpc_launch import dialects, launchers, profiles
+from hpc_launch import dialects
+from hpc_launch.site import launchers, profiles
 from hpc_launch.errors import SpecError
 from hpc_launch.resolve import (
     common,

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.logs import LogTail, read_exit_code
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

@@ -13,7 +13,8 @@ from typing import Optional
 
 import pytest
 
-from hpc_launch import profiles, secrets
+from hpc_launch import secrets
+from hpc_launch.site import profiles
 from hpc_launch.errors import SchedulerError
 from hpc_launch.jobs import submit
 from hpc_launch.render import render

@@ -10,7 +10,7 @@ import sys
 import pytest
 from envutil import scheduler_env_cleared
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 from hpc_launch.errors import ProfileError, SpecError
 from hpc_launch.prepare import choose_host
 from hpc_launch.render import render

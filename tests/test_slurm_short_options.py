@@ -44,7 +44,7 @@ def test_sbatch_reads_a_word_of_short_options_as_getopt_does():
 
 
 def test_other_short_options_still_pass():
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
     from hpc_launch.spec import resolve, spec_from
 
     from hpc_launch.render import render

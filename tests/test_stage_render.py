@@ -10,7 +10,7 @@ import subprocess
 import msgspec
 import pytest
 
-from hpc_launch import launchers, profiles
+from hpc_launch.site import launchers, profiles
 from hpc_launch.errors import ProfileError
 from hpc_launch.render import render
 from hpc_launch.spec import JobSpec, resolve

@@ -200,7 +200,7 @@ def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_la
 
 
 def _refusal(**kw):
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
     from hpc_launch.errors import SpecError
     from hpc_launch.spec import resolve, spec_from
 
@@ -260,7 +260,7 @@ def test_what_a_directive_or_a_bound_cannot_slip_past(cluster, kw, words):
 def test_a_directive_in_the_profiles_own_form_is_the_option_itself():
     """`-d '-l walltime=02:00:00'` replaces the default line and is the job's walltime: its
     deadline (--stop-before) and its limits follow it, not the default hour."""
-    from hpc_launch import profiles
+    from hpc_launch.site import profiles
     from hpc_launch.render import render
     from hpc_launch.spec import JobSpec, resolve
 

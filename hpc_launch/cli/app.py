@@ -85,7 +85,7 @@ app.add_typer(clusters_app, name="clusters")
 
 
 def complete_clusters(incomplete: str) -> List[str]:
-    from .. import profiles
+    from ..site import profiles
 
     return [name for name in profiles.available() if name.startswith(incomplete)]
 

@@ -28,7 +28,7 @@ def hostfile(v: Dict[str, Any]) -> int:
 
     slots = v["slots"]
     if slots is None and v["cluster"]:
-        from .. import profiles
+        from ..site import profiles
 
         slots = max(profiles.load(v["cluster"]).node.gpus, 1)
     text = hf.build(

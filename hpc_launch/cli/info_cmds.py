@@ -64,7 +64,7 @@ def clusters_list(
     """List the known clusters."""
     if ctx.invoked_subcommand:
         return
-    from .. import profiles
+    from ..site import profiles
 
     rows = profiles.summaries()
     if json_:
@@ -93,7 +93,7 @@ def clusters_show(
     ),
 ) -> None:
     """Print one cluster profile, resolved (defaults filled, user overrides merged) as YAML."""
-    from .. import profiles
+    from ..site import profiles
 
     sys.stdout.write(profiles.resolved_yaml(name, profile_file=profile))
 

@@ -170,7 +170,7 @@ def adopt(
     login: Optional[str] = typer.Option(None, "--login", metavar="HOST", help="the SSH alias it was submitted through"),
 ) -> None:
     """Record a job that exists but has no record (printed by submit when its store failed)."""
-    from .. import profiles
+    from ..site import profiles
     from ..jobs import adopt as adopt_job
     from ..protocol import LOCAL_HOST, SCRIPT_DIR, is_local
     from ..records import JobStore

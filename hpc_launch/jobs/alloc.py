@@ -141,7 +141,7 @@ def _local_holder(script_name: str, id_path: str) -> List[str]:
 def interactive_spec(spec: Any, profile_file: Any) -> Any:
     """`alloc` without --queue: the profile's queue for interactive work where it names one and
     that queue takes the allocation's nodes and walltime (else the batch defaults and fallbacks)."""
-    from .. import profiles
+    from ..site import profiles
     from ..resolve.queue_time import asked_walltime, takes
 
     if spec.queue:

@@ -36,7 +36,7 @@ from .state import refresh
 from .submission import submit
 
 if TYPE_CHECKING:
-    from ..profiles import ProfileFiles
+    from ..site.profiles import ProfileFiles
     from ..transport.base import Transport
 
 CLAIM_ENV = "HPC_LAUNCH_CLAIM"  # the job script's start gate reads the claim's path from it

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, List, Mapping, Optional, T
 
 from ..dialects import Dialect
 from ..errors import HpcLaunchError, SchedulerError, SpecError, StoreError, TransportError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..protocol import LOCAL_HOST, exit_path_for, live_log_for
 from ..records import JobRecord, JobStore, adopt_command
 from ..states import JobState

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from .. import profiles
+from ..site import profiles
 from ..capsule import Capsule, load, read_code
 from ..errors import SpecError
 from ..protocol import CAPSULE_CODE, LOCAL_HOST

@@ -15,7 +15,7 @@ from ..dialects.none import RELEASE_WAIT_S, release_path
 from ..errors import HpcLaunchError, SchedulerError, SpecError, TransportError
 from ..paths import read_user_file
 from ..protocol import CAPSULE_GIT_DIFF, CAPSULE_MANIFEST, CAPSULE_PROBE, LOCAL_HOST
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..records import JobRecord, JobStore
 from ..transport.base import Transport
 from ..transport.send_files import FileWriteError, FilesAhead

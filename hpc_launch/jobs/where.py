@@ -30,7 +30,7 @@ from .state import span_words
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
-    from ..profiles import Profile, ProfileFiles
+    from ..site.profiles import Profile, ProfileFiles
     from ..transport.base import Transport
 
 # HPC_LAUNCH_SUBMIT_CHECK=0 turns `submit`'s check off (a site whose test command is slow or wrong).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..profiles import Profile
+from ..site.profiles import Profile
 from .allocation import SitePlan, site_plan
 from .charts import MATPLOTLIB_MISSING
 from .rows import COLUMNS, Row, configuration, row_for, rows_for
@@ -112,7 +112,7 @@ def write(
 def _profiles(notes: List[str]) -> ProfileFor:
     """Each cluster's profile, loaded once; one that cannot be loaded is a note, not an error."""
     from ..errors import HpcLaunchError
-    from ..profiles import load
+    from ..site.profiles import load
 
     cache: Dict[str, Optional[Profile]] = {}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..errors import HpcLaunchError, SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..walltime import hms, parse_walltime
 from .scaling import Plan, ScaleGroup, ScalePoint
 
@@ -71,7 +71,7 @@ def _longest(profile: Profile, queue: Optional[str], nodes: int) -> Optional[int
 
 def _refusal(profile: Profile, queue: Optional[str], nodes: int, walltime_s: int) -> str:
     """The site's limits on one link, as `submit` checks them: '' when it takes it."""
-    from ..site_rules import check
+    from ..site.rules import check
 
     where = f"on {profile.name}"
     q = profile.queues.get(queue or "")

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import dialects, launchers, site_rules
-from ..profiles import Profile
+from .. import dialects
+from ..site import launchers, rules as site_rules
+from ..site.profiles import Profile
 from ..protocol import LOCAL_HOST
 from ..spec import JobSpec
 from . import compute, directives, environment, hosts, queue_time, script

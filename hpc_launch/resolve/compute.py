@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 from msgspec.structs import replace
 
 from ..errors import SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..spec import JobSpec
 
 

@@ -7,7 +7,7 @@ from msgspec.structs import replace
 from .. import dialects
 from ..directive_limits import directive_options
 from ..errors import SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..spec import JobSpec
 from .common import CONTROL, NAME
 

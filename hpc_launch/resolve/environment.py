@@ -7,9 +7,9 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .. import launchers
+from ..site import launchers
 from ..errors import SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..protocol import ENV_PREFLIGHT, ENV_STOP_SIGNAL
 from ..spec import JobSpec
 from .common import CONTROL, ENV_KEY, check_token

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..spec import JobSpec
 from .common import check_token
 

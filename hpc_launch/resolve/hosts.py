@@ -7,9 +7,10 @@ from typing import List, Tuple
 
 from msgspec.structs import replace
 
-from .. import dialects, launchers
+from .. import dialects
+from ..site import launchers
 from ..errors import SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..spec import JobSpec
 from .common import MAX_SPARES, check_token
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 import msgspec
 from msgspec import field
 
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..protocol import PLACEHOLDERS
 from ..spec import JobSpec
 from ..walltime import hms, minutes

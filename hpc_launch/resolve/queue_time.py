@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Tuple
 
 from ..errors import SpecError
-from ..profiles import Profile, Queue
+from ..site.profiles import Profile, Queue
 from ..spec import JobSpec
 from ..walltime import hms, parse_walltime
 from .common import MAX_CHAIN, MAX_WALLTIME_S, check_token

@@ -8,7 +8,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from ..errors import SpecError
-from ..profiles import Profile
+from ..site.profiles import Profile
 from ..protocol import LOCAL_HOST
 from ..spec import JobSpec
 from .common import CONTROL

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from .. import launchers
+from ..site import launchers
 from ..errors import SpecError
-from ..profiles import Profile, Stage
+from ..site.profiles import Profile, Stage
 from ..spec import JobSpec
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from e2e_support import make_cli
 
-from hpc_launch import profiles
+from hpc_launch.site import profiles
 
 pytestmark = pytest.mark.scheduler
 

@@ -18,24 +18,24 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, get_args
 
 import msgspec
 
-from .errors import ProfileError
-from .paths import NotAUserFile, clusters_dirs, load_yaml, read_user_file
+from ..errors import ProfileError
+from ..paths import NotAUserFile, clusters_dirs, load_yaml, read_user_file
 
 # The schema's names, re-exported: callers say `profiles.Profile` (profile_schema.py holds them).
-from .profile_schema import Charge as Charge
-from .profile_schema import Container as Container
-from .profile_schema import Dialect, GroupWhere, Launcher, LogLive, MasterAddr, Status
-from .profile_schema import Group as Group
-from .profile_schema import Launch as Launch
-from .profile_schema import LogSpec as LogSpec
-from .profile_schema import Modules as Modules
-from .profile_schema import Node as Node
-from .profile_schema import Profile as Profile
-from .profile_schema import PythonEnv as PythonEnv
-from .profile_schema import Queue as Queue
-from .profile_schema import Rendezvous as Rendezvous
-from .profile_schema import Stage as Stage
-from .profile_schema import Tier as Tier
+from .schema import Charge as Charge
+from .schema import Container as Container
+from .schema import Dialect, GroupWhere, Launcher, LogLive, MasterAddr, Status
+from .schema import Group as Group
+from .schema import Launch as Launch
+from .schema import LogSpec as LogSpec
+from .schema import Modules as Modules
+from .schema import Node as Node
+from .schema import Profile as Profile
+from .schema import PythonEnv as PythonEnv
+from .schema import Queue as Queue
+from .schema import Rendezvous as Rendezvous
+from .schema import Stage as Stage
+from .schema import Tier as Tier
 
 # ---------------------------------------------------------------------------------------------
 # discovery and loading
@@ -72,8 +72,8 @@ class ParsedCache:
         if os.environ.get("HPC_LAUNCH_NO_CACHE"):
             return None
         try:
-            from . import __version__
-            from .paths import user_dir
+            from .. import __version__
+            from ..paths import user_dir
 
             return user_dir("cache") / f"profiles-{__version__}.marshal"
         except Exception:  # noqa: BLE001 - no usable home: parse every time
@@ -289,7 +289,7 @@ def sources_of(name: str, *, profile_file: ProfileFiles = None) -> List[Path]:
 def summaries() -> List[Dict[str, Any]]:
     """One row per known cluster for `hpc-launch clusters` (keys: docs/commands.md); a profile
     that does not load is a row with status "broken" and its one-line error, never a failure."""
-    from .errors import HpcLaunchError
+    from ..errors import HpcLaunchError
 
     rows: List[Dict[str, Any]] = []
     for name in available():

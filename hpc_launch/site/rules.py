@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from typing import Callable, Dict, List, Optional
 
-from .errors import SpecError
+from ..errors import SpecError
 from .profiles import Profile, Queue, Tier
-from .walltime import hms, parse_walltime
+from ..walltime import hms, parse_walltime
 
 
 def check(

@@ -12,11 +12,11 @@ from typing import Any, Dict, List, Literal, Optional, TYPE_CHECKING
 import msgspec
 from msgspec import Meta, Struct
 
-from .dialects import names as dialect_names
+from ..dialects import names as dialect_names
 from .launchers import get as launcher_entry
 from .launchers import names as launcher_names
-from .protocol import PLACEHOLDERS
-from .walltime import parse_walltime
+from ..protocol import PLACEHOLDERS
+from ..walltime import parse_walltime
 
 
 try:
