@@ -220,3 +220,54 @@ def test_a_first_start_and_the_scripts_own_ckpt_path_are_left_alone(tmp_path, mo
     own = _fit_class()(tmp_path)
     own.fit("model", ckpt_path="mine.ckpt")
     assert own.got == "mine.ckpt"
+
+
+class _Trainer:
+    """What the numbers callback reads of Lightning's Trainer."""
+
+    def __init__(self, zero=True):
+        self.global_step, self.current_epoch, self.world_size, self.log_every_n_steps = 0, 0, 2, 2
+        self.is_global_zero, self.callback_metrics, self.optimizers = zero, {}, []
+
+
+def _numbers(trainer, batches, accumulate=1):
+    """Run the callback over `batches` (one optimizer step every `accumulate`); its printed lines."""
+    import contextlib
+    import io
+
+    from hpc_launch.joblayer import lightning as adapter
+
+    cb, out = adapter.numbers_callback(object), io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cb.on_train_start(trainer, None)
+        for i, batch in enumerate(batches):
+            trainer.global_step += (i + 1) % accumulate == 0
+            cb.on_train_batch_end(trainer, None, {"loss": 0.5}, batch, i)
+        cb.on_train_end(trainer, None)
+    return out.getvalue().splitlines()
+
+
+def test_numbers_every_log_every_n_optimizer_steps_on_rank_0_only():
+    import torch
+
+    from hpc_launch.metrics_line import parse_line
+
+    batch = {"input_ids": torch.zeros(4, 16, dtype=torch.long)}
+    t = _Trainer()
+    t.callback_metrics = {"train/tokens_per_sec": torch.tensor(1000.0), "train|device/tokens_per_sec": 7.0}
+    lines = _numbers(t, [batch] * 8, accumulate=2)  # 4 optimizer steps: lines at 2 and 4, then the end
+    assert [parse_line(line)["step"] for line in lines] == [2, 4, 4], lines
+    assert lines[-1].startswith("[hpc-launch] lightning end step=4 ")
+    last = parse_line(lines[-1])
+    assert last["loss"] == 0.5 and last["avg_tokens_per_sec"] == 1000.0 and "tokens_per_sec" not in last
+    assert last["avg_samples_per_sec"] == pytest.approx(4 * 2 * 8 / 4 * last["steps_per_sec"], rel=1e-3)  # 16/step
+    assert _numbers(_Trainer(zero=False), [batch] * 8) == []
+
+
+def test_a_batch_without_a_tensor_gives_steps_per_second_only():
+    from hpc_launch.joblayer.lightning import batch_size
+    from hpc_launch.metrics_line import parse_line
+
+    lines = _numbers(_Trainer(), [["text"]] * 4)
+    assert {k for k in parse_line(lines[-1])} == {"step", "loss", "steps_per_sec"}
+    assert (batch_size(["text"]), batch_size(([], 1)), batch_size({})) == (None, None, None)
