@@ -3,7 +3,8 @@
 `hpc_launch/train/` writes these lines (format_step_line) and `hpc-launch logs --summary` reads them
 (parse_line). A user's own script gets a summary as well: DeepSpeed's own timer lines
 (RunningAvgSamplesPerSec=..., MemAllocated=..GB) and the Hugging Face Trainer's log dicts
-(`{'loss': ..., 'train_samples_per_second': ...}`) are understood too.
+(`{'loss': ..., 'train_samples_per_second': ...}`) are understood too, and the lines the job layer
+prints for a Lightning fit (format_lightning_line: Lightning itself prints only a progress bar).
 
 Pure standard library: imported by the launcher, which must stay light.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 PREFIX = "[hpc-train]"
 
@@ -88,10 +89,34 @@ def _hf_dict(line: str) -> Optional[Dict[str, Number]]:
 
 def format_step_line(**fields: Number) -> str:
     """`[hpc-train] step=12 loss=2.3012 samples_per_sec=123.4 ...` (unknown keys rejected)."""
+    return " ".join([PREFIX, *_field_parts(fields)])
+
+
+# A Lightning fit's numbers, printed by hpc_launch/joblayer/lightning.py on rank 0:
+# `[hpc-launch] lightning step=50 loss=0.4512 ... | train_acc=0.91 val/loss=0.5`, and at the fit's end
+# `[hpc-launch] lightning end step=57 ... runtime_s=12.3`. Our fields come before ` | `; what the
+# script self.log()s follows under its own names, for the reader (the parser takes our fields only).
+LIGHTNING = "[hpc-launch] lightning "
+_LOGGED_SEP = " | "
+
+
+def format_lightning_line(
+    fields: Dict[str, Number], logged: Dict[str, float], *, runtime_s: Optional[float] = None
+) -> str:
+    """A line every log_every_n_steps; with runtime_s, the fit's last (its totals, as the HF Trainer's)."""
+    head = LIGHTNING + ("end " if runtime_s is not None else "") + " ".join(_field_parts(fields))
+    if runtime_s is not None:
+        head += f" runtime_s={runtime_s:.3f}"
+    names = {re.sub(r"[\s=|]+", "_", str(k)): v for k, v in logged.items()}
+    tail = " ".join(f"{k}={float(v):.6g}" for k, v in names.items())
+    return head + (_LOGGED_SEP + tail if tail else "")
+
+
+def _field_parts(fields: Dict[str, Number]) -> List[str]:
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise ValueError(f"unknown metric fields: {sorted(unknown)}")
-    parts = [PREFIX]
+    parts = []
     for key in FIELDS:
         if key not in fields or fields[key] is None:
             continue
@@ -104,20 +129,18 @@ def format_step_line(**fields: Number) -> str:
             parts.append(f"{key}={float(value):.6g}")
         else:
             parts.append(f"{key}={float(value):.4f}")
-    return " ".join(parts)
+    return parts
 
 
 def parse_line(line: str) -> Optional[Dict[str, Number]]:
     """Metrics from one log line (ours or DeepSpeed's), or None if it carries none."""
     if PREFIX in line:
-        out: Dict[str, Number] = {}
-        for key, raw in _KV.findall(line.split(PREFIX, 1)[1]):
-            if key in FIELDS:
-                value = float("nan") if raw == UNKNOWN else float(raw)
-                out[key] = int(value) if key in _INT_FIELDS and value == value else value
-        return out or None
+        return _read_fields(line.split(PREFIX, 1)[1])
+    if LIGHTNING in line:
+        ours = line.split(LIGHTNING, 1)[1].split(_LOGGED_SEP, 1)[0]
+        return _read_fields(ours)
     if "SamplesPerSec=" in line or "MemAllocated=" in line:
-        out = {}
+        out: Dict[str, Number] = {}
         for key, raw in _DS_KV.findall(line):
             name = _DS_FIELDS[key]
             out[name] = int(float(raw)) if name in _INT_FIELDS else float(raw)
@@ -125,6 +148,15 @@ def parse_line(line: str) -> Optional[Dict[str, Number]]:
     if "{'" in line:
         return _hf_dict(line)
     return None
+
+
+def _read_fields(text: str) -> Optional[Dict[str, Number]]:
+    out: Dict[str, Number] = {}
+    for key, raw in _KV.findall(text):
+        if key in FIELDS:
+            value = float("nan") if raw == UNKNOWN else float(raw)
+            out[key] = int(value) if key in _INT_FIELDS and value == value else value
+    return out or None
 
 
 def summarise(lines) -> Dict[str, Number]:
