@@ -19,7 +19,18 @@ from ..errors import HpcLaunchError, JobNotFound, SchedulerError, SpecError
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
-from .placing import NotRecorded, add_or_explain, discard, opened, placed, record_for, run_submit, signals_held, write
+from .placing import (
+    NotRecorded,
+    add_or_explain,
+    discard,
+    opened,
+    placed,
+    prepared_record,
+    record_for,
+    run_submit,
+    signals_held,
+    write,
+)
 
 if TYPE_CHECKING:
     from ..prepare import Prepared
@@ -164,17 +175,7 @@ def _array_dialect(prepared: "Prepared") -> Dialect:
 
 
 def _task_record(dialect: Dialect, prepared: "Prepared", workdir: str, script_path: str, job_id: str) -> JobRecord:
-    job = prepared.job
-    return record_for(
-        job.profile,
-        dialect,
-        job_id=job_id,
-        host=prepared.host,
-        name=job.name,
-        workdir=workdir,
-        script_path=script_path,
-        submit_argv=prepared.script.submit_argv,
-    )
+    return prepared_record(dialect, prepared, job_id, workdir, script_path)
 
 
 def _record_refused_array(

@@ -152,6 +152,21 @@ def record_for(
     )
 
 
+def prepared_record(dialect: Dialect, prepared: "Prepared", job_id: str, workdir: str, script_path: str) -> JobRecord:
+    """The record of a prepared job just submitted as `job_id` (a job, a chain's first link, an array task)."""
+    job = prepared.job
+    return record_for(
+        job.profile,
+        dialect,
+        job_id=job_id,
+        host=prepared.host,
+        name=job.name,
+        workdir=workdir,
+        script_path=script_path,
+        submit_argv=prepared.script.submit_argv,
+    )
+
+
 def check_inputs(transport: Transport, prepared: "Prepared", workdir: str) -> None:
     """What the job needs where it will run, checked before anything is written there."""
     job = prepared.job

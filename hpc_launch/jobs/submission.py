@@ -29,6 +29,7 @@ from .placing import (
     find_submitted,
     opened,
     placed,
+    prepared_record,
     record_for,
     run_submit,
     signals_held,
@@ -153,16 +154,7 @@ def _first_record(
 ) -> JobRecord:
     """The job's record: its capsule, its chain (the first link), the hosts it was kept off."""
     job = prepared.job
-    record = record_for(
-        job.profile,
-        dialect,
-        job_id=job_id,
-        host=prepared.host,
-        name=job.name,
-        workdir=workdir,
-        script_path=script_path,
-        submit_argv=prepared.script.submit_argv,
-    )
+    record = prepared_record(dialect, prepared, job_id, workdir, script_path)
     record.extra = {**record.extra, "capsule": capsule_dir}
     if job.chain > 1:
         record.extra = {**record.extra, "chain": job_id, "link": 1, "links": job.chain}
