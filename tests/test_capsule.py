@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envutil import scheduler_env_cleared
-from hpc_launch import capsule, capsule_probe
+from hpc_launch import capsule, capsule_probe, capsule_read
 
 
 def _tree(root: Path, files: dict) -> None:
@@ -213,10 +213,10 @@ def test_a_capsule_that_is_gone_is_one_line_that_says_where_it_was(tmp_path):
         extra={"capsule": str(tmp_path / "gone")},
     )
     with pytest.raises(SpecError, match=r"capsule .*/gone is gone"):
-        capsule.load(rec, LocalTransport())
+        capsule_read.load(rec, LocalTransport())
     rec.extra = {}
     with pytest.raises(SpecError, match="has no capsule"):
-        capsule.load(rec, LocalTransport())
+        capsule_read.load(rec, LocalTransport())
 
 
 def test_a_private_file_beside_the_script_stays_private_in_the_capsule_and_is_named(tmp_path, monkeypatch):

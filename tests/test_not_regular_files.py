@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_launch import capsule, logs
+from hpc_launch import capsule_read, logs
 from hpc_launch.errors import SpecError
 from hpc_launch.records import JobRecord
 from hpc_launch.transport.local import LocalTransport
@@ -56,7 +56,7 @@ def test_a_fifo_as_capsule_json_is_one_line_not_a_hang(tmp_path, unblock):
     unblock(str(cap / "capsule.json"))
     rec = JobRecord("5", "local", "none", "localhost", "t", str(tmp_path), "", "", "", 0.0, extra={"capsule": str(cap)})
     with pytest.raises(SpecError) as err:
-        _within(5, lambda: capsule.load(rec, LocalTransport()))
+        _within(5, lambda: capsule_read.load(rec, LocalTransport()))
     assert "capsule.json" in str(err.value) and "not a regular file" in str(err.value)
 
 

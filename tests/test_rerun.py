@@ -132,7 +132,7 @@ def test_a_capsule_on_the_login_host_comes_here_whole_and_checked(transport, tmp
     import hashlib
     from types import SimpleNamespace
 
-    from hpc_launch.capsule import Capsule
+    from hpc_launch.capsule_read import Capsule
     from hpc_launch.jobs.rerun import _code
     from hpc_launch.errors import SpecError
 

@@ -207,7 +207,7 @@ def show(
 ) -> None:
     """What was submitted (the code the job runs, its git state, the resolved profile) and what each start of the \
 job found (Python, packages, modules)."""
-    from ..capsule import as_json as capsule_json, describe
+    from ..capsule_read import as_json as capsule_json, describe
     from ..jobs import capsule_of, lookup
     from ..records import JobStore
 

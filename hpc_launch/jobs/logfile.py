@@ -10,7 +10,7 @@ from ..transport.base import Transport
 from .connect import transport_for
 
 if TYPE_CHECKING:
-    from ..capsule import Capsule
+    from ..capsule_read import Capsule
 
 
 def read_whole_log(record: JobRecord) -> str:
@@ -52,6 +52,6 @@ def array_tasks(record: JobRecord) -> List[JobRecord]:
 
 def capsule_of(record: JobRecord) -> "Capsule":
     """What was submitted as `record`, and what each of its starts found (`hpc-launch show`)."""
-    from ..capsule import load
+    from ..capsule_read import load
 
     return load(record, transport_for(record.host))

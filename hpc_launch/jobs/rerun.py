@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from ..site import profiles
-from ..capsule import Capsule, load, read_code
+from ..capsule_read import Capsule, load, read_code
 from ..errors import SpecError
 from ..protocol import CAPSULE_CODE, LOCAL_HOST
 from ..records import JobRecord, JobStore
