@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import make_cli
+from hpc_launch.protocol import SCRIPT_DIR
 from hpc_launch.records import JobStore
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.faults]
@@ -137,7 +138,7 @@ def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hp
         hog.wait()
         # the rest of the 800 steps would prove nothing more: the job's stop file asks the trainer
         # to stop at its next look (every --log-every steps), as the walltime's deadline does
-        (shared_workdir / ".hpc-launch" / f"stop.{job}").touch()
+        (shared_workdir / SCRIPT_DIR / f"stop.{job}").touch()  # templates/body/prologue.sh.j2
     assert m.group(2) == "pod2" and int(m.group(1)) == pids["pod2"][0] and float(m.group(3)) >= 1.4
     named_after = [int(s) for s in re.findall(r"^\[hpc-train\] step=(\d+) ", m.string[: m.start()], re.M)][-1]
     # the verdict ended nothing: the ranks trained on past it and stopped only when asked, at a
