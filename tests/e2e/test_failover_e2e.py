@@ -35,6 +35,8 @@ def test_a_rank_stopped_on_pod2_is_swapped_for_the_spare_in_the_same_job(hpc_lau
         "HPC_LAUNCH_HANG_S=10",
         "--env",
         "HPC_LAUNCH_HANG_FACTOR=2",
+        "--env",  # the live ranks end themselves within seconds of the verdict: no need to wait the default 30 s
+        "HPC_LAUNCH_FAILOVER_GRACE_S=10",
         "--train-args",
         "--model smallcnn --data synthetic --steps 100 --micro-batch 8 --log-every 10 "
         "--checkpoint-every 20 --checkpoint-dir failover-ckpt --no-eval",

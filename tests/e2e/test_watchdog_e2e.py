@@ -1,7 +1,8 @@
 """The watchdog on the real testbed (issue 16), with real faults: a rank stopped with SIGSTOP in the
 middle of a 3-pod Slurm training is named with its pod, the live ranks' stacks are in the log and
 the job ends within the bound; a rank slowed by CPU hogs pinned beside it is named a straggler
-with its factor, in the log and the summary, and the training still ends done."""
+with its factor, in the log and the summary, and the training goes on past the verdict until asked
+to stop."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import make_cli
+from hpc_launch.protocol import SCRIPT_DIR
 from hpc_launch.records import JobStore
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.faults]
@@ -134,10 +136,20 @@ def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hp
     finally:
         hog.send_signal(signal.SIGKILL)
         hog.wait()
+        # the rest of the 800 steps would prove nothing more: the job's stop file asks the trainer
+        # to stop at its next look (every --log-every steps), as the walltime's deadline does
+        (shared_workdir / SCRIPT_DIR / f"stop.{job}").touch()  # templates/body/prologue.sh.j2
     assert m.group(2) == "pod2" and int(m.group(1)) == pids["pod2"][0] and float(m.group(3)) >= 1.4
-    assert cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=600) == "done", log.read_text()[
+    named_after = [int(s) for s in re.findall(r"^\[hpc-train\] step=(\d+) ", m.string[: m.start()], re.M)][-1]
+    # the verdict ended nothing: the ranks trained on past it and stopped only when asked, at a
+    # step boundary (exit 75, "timeout" to hpc-launch), not killed by the watchdog or the launcher
+    assert cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=600) == "timeout", log.read_text()[
         -3000:
     ]
+    text = log.read_text()
+    stopped = re.search(r"^\[hpc-train\] stopping for time at step (\d+) ", text, re.M)
+    assert stopped and named_after < int(stopped.group(1)) < 800, text[-3000:]
+    assert "hang:" not in text and JobStore().get(job, "tb-slurm").exit_code == 75
     summary = cli("logs", job, "--summary", check=True)
     assert re.search(r"hosts     straggler: pod2 \(rank \d+, [\d.]+x slower", summary.stdout + summary.stderr), (
         summary.stdout
