@@ -1,0 +1,48 @@
+"""`hpc-launch ARGS` run in this process: the same answer a subprocess gives, without its start-up.
+
+For tests about what the CLI prints or refuses (its output, exit code, files it writes), not about the
+process itself (signals, exec, what a child inherits): those keep `subprocess.run([hpc_launch_bin, ...])`.
+Each start-up of the `hpc-launch` script costs ~0.2 CPU-s; the fast tier made hundreds of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+from typing import Mapping, Optional, Sequence
+
+
+def run_cli(
+    args: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[os.PathLike | str] = None
+) -> subprocess.CompletedProcess:
+    """cli.main(args) with os.environ = env (when given) and the working directory cwd, its stdout
+    and stderr captured; returned as subprocess.run(..., capture_output=True, text=True) would."""
+    from hpc_launch import cli, profiles
+
+    saved_env, saved_cwd, saved_sigint = dict(os.environ), os.getcwd(), signal.getsignal(signal.SIGINT)
+    out, err = io.StringIO(), io.StringIO()
+    rc = 0
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        profiles._discover.cache_clear()  # the cluster directories come from the environment
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main(list(args))
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if not isinstance(exc.code, (int, type(None))):
+                    err.write(f"{exc.code}\n")
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        signal.signal(signal.SIGINT, saved_sigint)
+        profiles._discover.cache_clear()
+    return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
