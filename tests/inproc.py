@@ -20,7 +20,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """cli.main(args) with os.environ = env (when given) and the working directory cwd, its stdout
     and stderr captured; returned as subprocess.run(..., capture_output=True, text=True) would."""
-    from hpc_launch import cli, profiles
+    from hpc_launch import cli, profiles, render
 
     saved_env, saved_cwd, saved_sigint = dict(os.environ), os.getcwd(), signal.getsignal(signal.SIGINT)
     out, err = io.StringIO(), io.StringIO()
@@ -31,7 +31,7 @@ def run_cli(
             os.environ.update(env)
         if cwd is not None:
             os.chdir(cwd)
-        profiles._discover.cache_clear()  # the cluster directories come from the environment
+        _forget_environment(profiles, render)  # the cluster and template directories come from it
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 cli.main(list(args))
@@ -44,5 +44,11 @@ def run_cli(
         os.environ.clear()
         os.environ.update(saved_env)
         signal.signal(signal.SIGINT, saved_sigint)
-        profiles._discover.cache_clear()
+        _forget_environment(profiles, render)
     return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
+
+
+def _forget_environment(profiles, render) -> None:
+    """What a process reads from its environment once: the clusters found and the templates' loader."""
+    profiles._discover.cache_clear()
+    render._ENV = None
