@@ -12,6 +12,7 @@ import io
 import os
 import signal
 import subprocess
+import warnings
 from typing import Mapping, Optional, Sequence
 
 
@@ -32,7 +33,7 @@ def run_cli(
         if cwd is not None:
             os.chdir(cwd)
         _forget_environment(profiles, render)  # the cluster and template directories come from it
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _warnings_as_a_process_shows_them():
             try:
                 cli.main(list(args))
             except SystemExit as exc:
@@ -52,3 +53,16 @@ def _forget_environment(profiles, render) -> None:
     """What a process reads from its environment once: the clusters found and the templates' loader."""
     profiles._discover.cache_clear()
     render._ENV = None
+
+
+@contextlib.contextmanager
+def _warnings_as_a_process_shows_them():
+    """Python's default filters, shown on the (captured) stderr: a warning that would be a second
+    line on a process's stderr is one here too, not swallowed by pytest's warning capture."""
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", category)  # put before "default": filters are tried in order
+        warnings.showwarning = getattr(warnings, "_showwarning_orig", warnings.showwarning)
+        yield
