@@ -3,6 +3,10 @@
 For tests about what the CLI prints or refuses (its output, exit code, files it writes), not about the
 process itself (signals, exec, what a child inherits): those keep `subprocess.run([hpc_launch_bin, ...])`.
 Each start-up of the `hpc-launch` script costs ~0.2 CPU-s; the fast tier made hundreds of them.
+
+Not captured: output through a stream bound before the call (sweep's follow loop takes
+`write=sys.stderr.write` as a default argument; a logging handler made at an earlier import). A test
+whose assertion reads such output keeps a subprocess (test_sweep's `logs -f`).
 """
 
 from __future__ import annotations
