@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from inproc import run_cli
 
 from envutil import scheduler_env_cleared
 from hpc_launch import capsule, capsule_probe, capsule_read
@@ -80,7 +81,7 @@ def _submit(hpc_launch_bin, cwd: Path, *args: str) -> str:
         HPC_LAUNCH_STATE_DIR=os.environ["HPC_LAUNCH_STATE_DIR"],
         HPC_LAUNCH_CONFIG_DIR=os.environ["HPC_LAUNCH_CONFIG_DIR"],
     )
-    r = subprocess.run([hpc_launch_bin, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    r = run_cli([*args], env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr
     return r.stdout
 

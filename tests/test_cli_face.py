@@ -10,6 +10,7 @@ import time
 import pytest
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 
 COMMANDS = [
     "submit",
@@ -47,7 +48,8 @@ def env(tmp_path):
 
 
 def _run(bin_path, *args, env, cwd=None):
-    return subprocess.run([bin_path, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    """The command's answer (output, exit code): in this process, not a subprocess per call (tests/inproc.py)."""
+    return run_cli(args, env=env, cwd=cwd)
 
 
 def test_bare_hpc_launch_prints_the_help_and_no_empty_error(hpc_launch_bin, env):
@@ -112,17 +114,13 @@ def test_adopt_checks_what_it_records(hpc_launch_bin, env, tmp_path, args, needl
 def test_cancel_of_an_ended_job_answers_the_same_before_and_after_a_refresh(hpc_launch_bin, env, tmp_path):
     script = tmp_path / "quick.py"
     script.write_text("print('hi')\n")
-    r = _run(
-        hpc_launch_bin,
-        "submit",
-        "--cluster",
-        "local",
-        "--script",
-        str(script),
-        "--gpus-per-node",
-        "1",
+    r = subprocess.run(  # a real job: its own process
+        [hpc_launch_bin, "submit", "--cluster", "local", "--script", str(script), "--gpus-per-node", "1"],
+        capture_output=True,
+        text=True,
         env=env,
         cwd=tmp_path,
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 from hpc_launch import __version__
 from hpc_launch.cli.app import JOB_JSON_KEYS
 from hpc_launch.records import JobRecord, JobStore
@@ -42,8 +43,9 @@ def env(tmp_path, hpc_launch_bin):
     return e
 
 
-def _run(env, *args, **kw):
-    return subprocess.run(["hpc-launch", *args], env=env, capture_output=True, text=True, timeout=60, **kw)
+def _run(env, *args):
+    """`hpc-launch ARGS`'s answer, in this process (tests/inproc.py); the shells' completion runs the command."""
+    return run_cli(args, env=env)
 
 
 def test_version_and_short_help(env):

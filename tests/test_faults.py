@@ -20,6 +20,7 @@ import pytest
 
 import hpc_launch
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def assert_nothing_lost(hpc_launch_bin: str, work: Path, env: dict, db: Path) ->
     assert len(ids) == len(set(ids)), f"duplicated records: {ids}"
     assert started <= set(ids), f"lost: job(s) {sorted(started - set(ids))} started with no record"
     for job_id in ids:
-        subprocess.run([hpc_launch_bin, "cancel", job_id], cwd=work, env=env, capture_output=True, timeout=60)
+        run_cli(["cancel", job_id], env=env, cwd=work)  # in-process (tests/inproc.py): the fault was the process's
     assert _wait_until(lambda: not _processes_in(work), 15), f"processes left: {_processes_in(work)}"
 
 
@@ -256,14 +257,7 @@ def test_an_unwritable_job_store_refuses_before_submitting(hpc_launch_bin, sandb
     work, env, db = sandbox
     db.parent.mkdir(parents=True)
     db.write_bytes(b"not a database" * 64)
-    r = subprocess.run(
-        [hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli(["submit", "--cluster", "local", "--script", "quick.py"], env=env, cwd=work)
     assert r.returncode != 0 and "job store" in r.stderr
     time.sleep(0.5)
     assert _script_runs(work) == []  # nothing was submitted
@@ -271,18 +265,9 @@ def test_an_unwritable_job_store_refuses_before_submitting(hpc_launch_bin, sandb
 
 def test_job_list_json_has_the_documented_keys(hpc_launch_bin, sandbox):
     work, env, db = sandbox
-    r = subprocess.run(
-        [hpc_launch_bin, "submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli(["submit", "--cluster", "local", "--script", "quick.py", "--gpus-per-node", "1"], env=env, cwd=work)
     assert r.returncode == 0, r.stderr
-    out = subprocess.run(
-        [hpc_launch_bin, "list", "--json"], cwd=work, env=env, capture_output=True, text=True, timeout=60
-    )
+    out = run_cli(["list", "--json"], env=env, cwd=work)
     rows = json.loads(out.stdout)
     assert rows[0]["job_id"] == r.stdout.strip()
     assert set(rows[0]) >= {

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 from hpc_launch import dialects
 from hpc_launch import hostfile as hf
 from hpc_launch import nodelist as nl
@@ -80,7 +81,7 @@ def _scontrol_hostnames(nodelist: str):
 def _cli(bin_, args, env_extra=None, cwd=None):
     env = scheduler_env_cleared()
     env.update(env_extra or {})
-    return subprocess.run([bin_, "hostfile", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    return run_cli(["hostfile", *args], env=env, cwd=cwd)  # in-process (tests/inproc.py)
 
 
 def _pbs_nodefile(path, hosts, per_host):

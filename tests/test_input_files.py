@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_cli
 
 from envutil import scheduler_env_cleared
 
@@ -186,13 +187,8 @@ def test_aliases_in_moderation_still_load(tmp_path):
 
 def test_the_cli_refuses_a_fifo_as_config_in_one_line(hpc_launch_bin, tmp_path):
     os.mkfifo(tmp_path / "cfg.yaml")
-    r = subprocess.run(
-        [hpc_launch_bin, "submit", "--config", str(tmp_path / "cfg.yaml"), "--dry-run"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=scheduler_env_cleared(),
-        timeout=30,
+    r = run_cli(
+        ["submit", "--config", str(tmp_path / "cfg.yaml"), "--dry-run"], env=scheduler_env_cleared(), cwd=tmp_path
     )
     _refused(r.returncode, r.stdout, r.stderr, "cfg.yaml: cannot read the project config (is not a regular file")
 

@@ -6,31 +6,22 @@ Real local jobs with a walltime of seconds."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 from test_faults import _processes_in, _wait_until
 
 
 def _submit(hpc_launch_bin, work: Path, env: dict, script: str, walltime: str) -> str:
-    r = subprocess.run(
-        [hpc_launch_bin, "submit", "-c", "local", "-g", "1", "--script", script, "-t", walltime],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli(["submit", "-c", "local", "-g", "1", "--script", script, "-t", walltime], env=env, cwd=work)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
 
 def _status(hpc_launch_bin, work: Path, env: dict, job: str) -> dict:
-    out = subprocess.run(
-        [hpc_launch_bin, "status", "--json", job], cwd=work, env=env, capture_output=True, text=True, timeout=60
-    )
+    out = run_cli(["status", "--json", job], env=env, cwd=work)
     return json.loads(out.stdout)[0]
 
 
@@ -55,9 +46,7 @@ def test_a_local_job_is_ended_at_its_walltime_and_says_so(hpc_launch_bin, tmp_pa
     assert 4 <= took < 30, took
     log = (work / f"train.o{job}").read_text()
     assert "[hpc-launch] walltime 00:00:04 reached" in log, log
-    summary = subprocess.run(
-        [hpc_launch_bin, "logs", "--summary", job], cwd=work, env=env, capture_output=True, text=True, timeout=60
-    ).stdout
+    summary = run_cli(["logs", "--summary", job], env=env, cwd=work).stdout
     assert "walltime 00:00:04 reached" in summary, summary
     # no scheduler here: hpc-launch, not a scheduler, ended it
     assert "hpc-launch ended it at the walltime it was given" in summary and "scheduler killed" not in summary, summary

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from inproc import run_cli
 
 from hpc_launch import notify
 from hpc_launch.site import profiles
@@ -58,25 +59,10 @@ class Hook:
 
 
 def _submit(bin_, work, env, script, *extra):
-    r = subprocess.run(
-        [
-            bin_,
-            "submit",
-            "--cluster",
-            "local",
-            "--script",
-            script,
-            "--gpus-per-node",
-            "1",
-            "--name",
-            script[:-3],
-            *extra,
-        ],
-        cwd=work,
+    r = run_cli(  # in-process (tests/inproc.py): the job runs as its own, with this environment
+        ["submit", "--cluster", "local", "--script", script, "--gpus-per-node", "1", "--name", script[:-3], *extra],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        cwd=work,
     )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from inproc import run_cli
 
 from hpc_launch import notify
 from hpc_launch.site import profiles
@@ -96,9 +97,7 @@ def _free_port() -> int:
 
 
 def _status(bin_, work, env, *args) -> List[dict]:
-    r = subprocess.run(
-        [bin_, "status", "--json", *args], cwd=work, env=env, capture_output=True, text=True, timeout=120
-    )
+    r = run_cli(["status", "--json", *args], env=env, cwd=work)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -238,7 +237,7 @@ def test_a_closed_port_then_a_live_server_pending_then_sent_exactly_once(hpc_lau
     assert got["job_id"] == job and got["state"] == "done"
     assert got["notify"]["pending"] == 2 and got["notify"]["sent"] == 0
     assert "ConnectionRefusedError" in got["notify"]["why"] and "T0k3n" not in got["notify"]["why"]
-    table = subprocess.run([hpc_launch_bin, "status"], env=env, capture_output=True, text=True, timeout=60).stdout
+    table = run_cli(["status"], env=env).stdout
     assert " notify " in table.splitlines()[0] and "0 sent, 2 pending: the relay's try failed:" in table
 
     # a relay without the variable keeps them and says what to set

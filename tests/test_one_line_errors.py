@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 
 import pytest
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 
 
 def _cli(bin_path, *args, cwd, env=None, **extra_env):
     env = dict(env or scheduler_env_cleared(), **extra_env)
-    return subprocess.run([bin_path, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+    return run_cli(args, env=env, cwd=cwd)  # in-process (tests/inproc.py): a traceback still fails the test
 
 
 def _one_line(r, *needles, rc=None):

@@ -4,9 +4,9 @@ given twice, a sweep point whose batch is more than its data set. One line, noth
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
+from inproc import run_cli
 
 from fakes import FakeTransport
 from hpc_launch.errors import SpecError
@@ -57,9 +57,8 @@ def test_a_point_whose_batch_is_more_than_the_data_set_refuses_the_sweep(tmp_pat
     assert train_samples("digits", 0) == 1437 and train_samples("synthetic", 512) == 512
     assert train_samples(str(tmp_path), 0) is None  # an image folder: only reading it tells
     env = dict(os.environ, HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"))
-    r = subprocess.run(
+    r = run_cli(
         [
-            hpc_launch_bin,
             "sweep",
             "--cluster",
             "local",
@@ -72,11 +71,8 @@ def test_a_point_whose_batch_is_more_than_the_data_set_refuses_the_sweep(tmp_pat
             "--train-args",
             "--model smallcnn --data digits",
         ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
         env=env,
-        timeout=120,
+        cwd=tmp_path,
     )
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from inproc import run_cli
 
 pytestmark = pytest.mark.sweep
 
@@ -100,9 +101,7 @@ def site(tmp_path, monkeypatch):
 
 
 def run_report(hpc_launch_bin, cwd: Path, *args):
-    return subprocess.run(
-        [hpc_launch_bin, "report", "pl-1", "--out", str(cwd / "rep"), *args], cwd=cwd, capture_output=True, text=True
-    )
+    return run_cli(["report", "pl-1", "--out", str(cwd / "rep"), *args], cwd=cwd)  # in-process (tests/inproc.py)
 
 
 def dry_run(hpc_launch_bin, cwd: Path, line: str):
@@ -110,12 +109,7 @@ def dry_run(hpc_launch_bin, cwd: Path, line: str):
     checks (site_rules, the queue limits, --chain 1-1000) must agree with the report's verdict."""
     argv = shlex.split(line.replace(" ...", ""))
     assert argv[:2] == ["hpc-launch", "submit"]
-    return subprocess.run(
-        [hpc_launch_bin, *argv[1:], "-P", "grp", "--venv", "/opt/venv", "--dry-run"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-    )
+    return run_cli([*argv[1:], "-P", "grp", "--venv", "/opt/venv", "--dry-run"], cwd=cwd)
 
 
 def startup(nodes: int) -> float:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from inproc import run_cli
 
 pytestmark = pytest.mark.sweep
 
@@ -84,9 +84,7 @@ def jobs(tmp_path):
 
 
 def run_report(hpc_launch_bin, cwd, *args):
-    return subprocess.run(
-        [hpc_launch_bin, "report", "sc-1", "--out", str(cwd / "rep"), *args], cwd=cwd, capture_output=True, text=True
-    )
+    return run_cli(["report", "sc-1", "--out", str(cwd / "rep"), *args], cwd=cwd)  # in-process (tests/inproc.py)
 
 
 def expected(plan_samples=None, plan_steps=None):

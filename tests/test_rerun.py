@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 
 
 def _run(hpc_launch_bin, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     full = scheduler_env_cleared()
     full.update(env)
-    return subprocess.run([hpc_launch_bin, *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
+    return run_cli(args, env=full, cwd=cwd)  # in-process (tests/inproc.py); the jobs it submits run as their own
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from inproc import run_cli
 from envutil import scheduler_env_cleared
 
 from hpc_launch.site import profiles
@@ -297,28 +298,10 @@ def test_bad_site_rules_in_a_profile_name_file_and_key(tmp_path, yaml_text, word
 
 
 def test_cli_refuses_a_polaris_tier_violation_in_one_line_before_writing(tmp_path, hpc_launch_bin):
-    r = subprocess.run(
-        [
-            hpc_launch_bin,
-            "submit",
-            "-c",
-            "polaris",
-            "-n",
-            "10",
-            "-q",
-            "prod",
-            "-t",
-            "6h",
-            "-P",
-            "p",
-            "--login",
-            "local",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    r = run_cli(
+        ["submit", "-c", "polaris", "-n", "10", "-q", "prod", "-t", "6h", "-P", "p", "--login", "local"],
         env=scheduler_env_cleared(),
-        timeout=60,
+        cwd=tmp_path,
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "--walltime 03:00:00 or less" in r.stderr
@@ -326,13 +309,10 @@ def test_cli_refuses_a_polaris_tier_violation_in_one_line_before_writing(tmp_pat
 
 
 def test_cli_refuses_a_remote_abci_job_without_a_venv_in_one_line(tmp_path, hpc_launch_bin):
-    r = subprocess.run(
-        [hpc_launch_bin, "submit", "-c", "abci", "-n", "1", "-P", "g", "--login", "abci-remote", "--dry-run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    r = run_cli(
+        ["submit", "-c", "abci", "-n", "1", "-P", "g", "--login", "abci-remote", "--dry-run"],
         env=scheduler_env_cleared(),
-        timeout=60,
+        cwd=tmp_path,
     )
     assert r.returncode == 2 and r.stdout == "", r.stderr
     assert r.stderr.count("\n") == 1 and "pass --venv PATH" in r.stderr
@@ -385,11 +365,8 @@ def test_frontier_counts_a_users_jobs_in_all_partitions_together():
 
 
 def test_a_chain_refused_by_the_queue_limit_writes_nothing(tmp_path, hpc_launch_bin):
-    run = subprocess.run(
-        [hpc_launch_bin, "submit", "-c", "aurora", "--nodes", "2", "--chain", "2", "--group", "p", "--venv", "/v",
-         "--workdir", str(tmp_path), "--dry-run"],
-        capture_output=True, text=True, env=scheduler_env_cleared(), cwd=tmp_path,
-    )  # fmt: skip
+    run = run_cli(["submit", "-c", "aurora", "--nodes", "2", "--chain", "2", "--group", "p", "--venv", "/v",
+         "--workdir", str(tmp_path), "--dry-run"], env=scheduler_env_cleared(), cwd=tmp_path)  # fmt: skip
     assert run.returncode != 0 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "allows a user 1 job there at once" in run.stderr
     assert list(tmp_path.iterdir()) == []

@@ -18,6 +18,7 @@ import pytest
 from hpc_launch import dialects
 from hpc_launch.errors import SpecError
 from hpc_launch.states import JobState
+from inproc import run_cli
 from pbs_fixtures import load as pbs_observed
 
 pytestmark = pytest.mark.sweep
@@ -156,9 +157,7 @@ def test_grid_product_leaves_out_what_is_no_configuration():
 def test_bad_sweep_files_are_one_line_errors(tmp_path, hpc_launch_bin, text, message):
     grid = tmp_path / "grid.yaml"
     grid.write_text(text)
-    r = subprocess.run(
-        [hpc_launch_bin, "sweep", "--grid", str(grid), "--dry-run"], cwd=tmp_path, capture_output=True, text=True
-    )
+    r = run_cli(["sweep", "--grid", str(grid), "--dry-run"], cwd=tmp_path)
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
 
@@ -174,9 +173,8 @@ def _nothing_submitted(workdir: Path) -> None:
 
 
 def test_impossible_batch_arithmetic_refuses_the_whole_sweep(tmp_path, hpc_launch_bin):
-    r = subprocess.run(
+    r = run_cli(
         [
-            hpc_launch_bin,
             "sweep",
             "--cluster",
             "local",
@@ -188,9 +186,6 @@ def test_impossible_batch_arithmetic_refuses_the_whole_sweep(tmp_path, hpc_launc
             "--model smallcnn --global-batch 16",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
     )
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip().splitlines()[-1]
@@ -204,9 +199,8 @@ def test_impossible_batch_arithmetic_refuses_the_whole_sweep(tmp_path, hpc_launc
 def test_a_point_whose_model_states_do_not_fit_is_refused_by_plans_estimators(tmp_path, hpc_launch_bin):
     profile = tmp_path / "small.yaml"
     profile.write_text("name: smallgpu\nextends: slurm\nnode: {gpus: 4, cpus: 32, gpu_mem_gib: 0.5}\n")
-    r = subprocess.run(
+    r = run_cli(
         [
-            hpc_launch_bin,
             "sweep",
             "--cluster",
             "smallgpu",
@@ -221,8 +215,6 @@ def test_a_point_whose_model_states_do_not_fit_is_refused_by_plans_estimators(tm
             "--dry-run",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
     )
     assert r.returncode == 2, r.stderr[-2000:]
     line = r.stderr.strip().splitlines()[-1]
@@ -344,9 +336,7 @@ def test_report_figures_come_from_the_log_lines_and_failures_carry_doctors_cause
     _record(store, tmp_path, "101", LOG, "done", 0, sweep="s-1", point_index=0, point={"zero": 2})
     oom = (Path(__file__).parent / "golden" / "doctor" / "cuda-out-of-memory.log").read_text()
     _record(store, tmp_path, "102", oom, "failed", 1, sweep="s-1", point_index=1, point={"zero": 0})
-    r = subprocess.run(
-        [hpc_launch_bin, "report", "s-1", "--out", str(tmp_path / "rep")], cwd=tmp_path, capture_output=True, text=True
-    )
+    r = run_cli(["report", "s-1", "--out", str(tmp_path / "rep")], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader((tmp_path / "rep" / "report.csv").open()))
     assert [row["job_id"] for row in rows] == ["101", "102"]
@@ -369,9 +359,7 @@ def test_report_figures_come_from_the_log_lines_and_failures_carry_doctors_cause
     values = json.loads(Image.open(tmp_path / "rep" / "throughput.png").text["Description"])["values"]
     assert values == {"101": 110.5, "102": None}
     # one job: its steps too
-    r = subprocess.run(
-        [hpc_launch_bin, "report", "101", "--out", str(tmp_path / "one")], cwd=tmp_path, capture_output=True, text=True
-    )
+    r = run_cli(["report", "101", "--out", str(tmp_path / "one")], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     series = json.loads(Image.open(tmp_path / "one" / "steps.png").text["Description"])
     assert series == {"loss": [[2.0, 2.5], [4.0, 2.25]], "samples_per_sec": [[2.0, 100.0], [4.0, 120.0]]}
@@ -418,9 +406,8 @@ def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_
     override = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "templates" / "body" / "launch"
     override.mkdir(parents=True)
     (override / "deepspeed.sh.j2").write_text(WAITING_RANKS)
-    r = subprocess.run(
+    r = run_cli(
         [
-            hpc_launch_bin,
             "sweep",
             "--cluster",
             "local",
@@ -433,34 +420,23 @@ def test_a_local_sweep_is_tracked_and_cancelled_as_a_group(tmp_path, hpc_launch_
             "--model smallcnn --data synthetic --steps 100000 --micro-batch 4 --no-eval",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
     assert r.returncode == 0, r.stderr
     sweep_id = r.stdout.strip().splitlines()[0]
     assert sweep_id.startswith("grp-")
-    status = json.loads(
-        subprocess.run(
-            [hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True
-        ).stdout
-    )
+    status = json.loads(run_cli(["status", sweep_id, "--json"], cwd=tmp_path).stdout)
     assert len(status) == 2 and {j["state"] for j in status} == {"running"}
-    c = subprocess.run([hpc_launch_bin, "cancel", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    c = run_cli(["cancel", sweep_id], cwd=tmp_path)
     assert c.returncode == 0, c.stderr
     assert c.stderr.count(": cancelled") == 2, c.stderr
-    status = json.loads(
-        subprocess.run(
-            [hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True
-        ).stdout
-    )
+    status = json.loads(run_cli(["status", sweep_id, "--json"], cwd=tmp_path).stdout)
     assert {j["state"] for j in status} == {"cancelled"}
     # followed as a group: every job's end, exit 1 since not all ended done
-    f = subprocess.run(
+    f = subprocess.run(  # its own process: the follow loop writes to the stderr it was imported with
         [hpc_launch_bin, "logs", "-f", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert f.returncode == 1 and f.stderr.count(" cancelled") == 2 and "2 of 2 ended" in f.stderr, f.stderr
-    one = subprocess.run([hpc_launch_bin, "logs", sweep_id], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    one = run_cli(["logs", sweep_id], cwd=tmp_path)
     assert one.returncode == 2 and "is a sweep or job array of 2 jobs" in one.stderr
     deadline = time.monotonic() + 20
     while (
@@ -491,9 +467,8 @@ def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bi
     override = Path(os.environ["HPC_LAUNCH_CONFIG_DIR"]) / "templates" / "body" / "launch"
     override.mkdir(parents=True)
     (override / "deepspeed.sh.j2").write_text(FAKE_LAUNCH)
-    r = subprocess.run(
+    r = run_cli(
         [
-            hpc_launch_bin,
             "sweep",
             "--cluster",
             "local",
@@ -507,19 +482,12 @@ def test_a_local_sweep_runs_its_points_one_after_another(tmp_path, hpc_launch_bi
             "--model smallcnn --data synthetic --steps 2 --micro-batch 4 --log-every 1 --no-eval",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "one after another" in r.stderr
     sweep_id = r.stdout.strip().splitlines()[0]
     jobs = sorted(
-        json.loads(
-            subprocess.run(
-                [hpc_launch_bin, "status", sweep_id, "--json"], cwd=tmp_path, capture_output=True, text=True
-            ).stdout
-        ),
+        json.loads(run_cli(["status", sweep_id, "--json"], cwd=tmp_path).stdout),
         key=lambda j: j["submit_time"],
     )
     assert [j["state"] for j in jobs] == ["done", "done"]

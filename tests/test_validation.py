@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 
 CASES = [
     # (args, words the one-line error must contain)
@@ -70,9 +70,7 @@ CASES = [
 
 
 def _run(bin_, args, cwd):
-    return subprocess.run(
-        [bin_, "submit", *args], cwd=cwd, capture_output=True, text=True, env=scheduler_env_cleared(), timeout=60
-    )
+    return run_cli(["submit", *args], env=scheduler_env_cleared(), cwd=cwd)
 
 
 @pytest.mark.parametrize("args,words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
@@ -152,22 +150,21 @@ def test_user_template_overrides_shipped_one(tmp_path, hpc_launch_bin):
 
 
 def test_clusters_lists_every_profile_and_show_resolves(hpc_launch_bin):
-    r = subprocess.run([hpc_launch_bin, "clusters"], capture_output=True, text=True)
+    r = run_cli(["clusters"])
     assert r.returncode == 0
     for name in ("abci", "abci2", "miyabi", "polaris", "thetagpu", "slurm", "pods", "local"):
         assert name in r.stdout
     assert "retired" in r.stdout
-    r = subprocess.run([hpc_launch_bin, "clusters", "show", "miyabi"], capture_output=True, text=True)
+    r = run_cli(["clusters", "show", "miyabi"])
     assert r.returncode == 0 and "group_list" in r.stdout and "aarch64" in r.stdout
-    r = subprocess.run([hpc_launch_bin, "clusters", "show", "miyabe"], capture_output=True, text=True)
+    r = run_cli(["clusters", "show", "miyabe"])
     assert r.returncode == 2 and "did you mean `miyabi`" in r.stderr
 
 
 def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_launch_bin):
     env = dict(scheduler_env_cleared(), MY_TOKEN="s3cr3t-value")
-    r = subprocess.run(
+    r = run_cli(
         [
-            hpc_launch_bin,
             "submit",
             "--cluster",
             "abci",
@@ -183,10 +180,8 @@ def test_pass_env_names_the_variable_but_never_writes_its_value(tmp_path, hpc_la
             "MY_TOKEN",
             "--dry-run",
         ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
         env=env,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     # no `qsub -v`: it would put the value in the job's Variable_List, which every PBS user can read
