@@ -25,7 +25,8 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """cli.main(args) with os.environ = env (when given) and the working directory cwd, its stdout
     and stderr captured; returned as subprocess.run(..., capture_output=True, text=True) would."""
-    from hpc_launch import cli, profiles, render
+    from hpc_launch import cli, render
+    from hpc_launch.site import profiles
 
     saved_env, saved_cwd, saved_sigint = dict(os.environ), os.getcwd(), signal.getsignal(signal.SIGINT)
     out, err = io.StringIO(), io.StringIO()
