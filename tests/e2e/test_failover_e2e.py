@@ -61,7 +61,12 @@ def test_a_rank_stopped_on_pod2_is_swapped_for_the_spare_in_the_same_job(hpc_lau
     hostfile = re.search(r"\[hpc-launch\] hostfile \S+:\n((?:\S+ slots=\d+\n)+)", after).group(1)
     assert sorted(line.split()[0] for line in hostfile.splitlines()) == ["pod1", "pod3"]
     resumed = re.search(r"resumed from .*global_step(\d+) at step (\d+)", after)
-    assert resumed and int(resumed.group(1)) in (20, 40), after[-3000:]
+    # the newest checkpoint before the stop: the rank may step past the step=40 line before the
+    # SIGSTOP lands on a loaded machine (CI saw global_step60), so it is judged by the log itself
+    before = text.split("[hpc-launch] failover: pod2 swapped out")[0]
+    last = max(int(s) for s in re.findall(r"step=(\d+) ", before))
+    checkpoint = int(resumed.group(1)) if resumed else -1
+    assert checkpoint % 20 == 0 and 20 <= checkpoint <= last + 10 and last - checkpoint <= 20, after[-3000:]
     first = [int(s) for s in re.findall(r"step=(\d+) ", after)][0]
     assert first > int(resumed.group(1)) and "step=100 " in after  # the step counter goes on from the checkpoint
     status = json.loads(cli("status", "--json", job, check=True).stdout)[0]
