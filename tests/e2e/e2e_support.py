@@ -83,3 +83,16 @@ def make_cli(hpc_launch_bin: str, testbed: dict, workdir: Path, path_first: str 
 
 def testbed_env() -> dict:
     return _testbed_env()
+
+
+def wait_for(path: Path, pattern: str, timeout: float) -> re.Match:
+    """The first match of `pattern` (re.M) in the job's log at `path`, waited for up to `timeout` s."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        m = re.search(pattern, text, re.M)
+        if m:
+            return m
+        time.sleep(0.3)
+    raise AssertionError(f"{pattern!r} not in {path} after {timeout} s:\n{text[-3000:]}")

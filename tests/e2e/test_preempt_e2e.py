@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import make_cli, wait_for
 
 pytestmark = pytest.mark.scheduler
 
@@ -90,18 +90,6 @@ def _reference_losses(total: int) -> list:
     return losses
 
 
-def _wait_for(path: Path, pattern: str, timeout: float) -> re.Match:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        m = re.search(pattern, text, re.M)
-        if m:
-            return m
-        time.sleep(0.3)
-    raise AssertionError(f"{pattern!r} not in {path} after {timeout} s:\n{text[-3000:]}")
-
-
 def _slurm_job(job: str) -> str:
     return subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True).stdout
 
@@ -132,7 +120,7 @@ def test_a_preempted_users_loop_saves_inside_the_grace_is_requeued_and_loses_no_
 
 
 def _preempt_and_check(cli, job: str, log: Path, total: int) -> None:
-    _wait_for(log, r"^preempt-script rank 0 step 4 loss", 120)
+    wait_for(log, r"^preempt-script rank 0 step 4 loss", 120)
     nodes = re.search(r" NodeList=(\S+)", _slurm_job(job)).group(1)
     urgent = subprocess.run(
         ["sbatch", "--parsable", "-p", "urgent", "-w", nodes, "-N", "2", "--exclusive", "-t", "1",
@@ -140,8 +128,8 @@ def _preempt_and_check(cli, job: str, log: Path, total: int) -> None:
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     asked = time.time()
-    saved = _wait_for(log, r"^preempt-script rank 0 saved step (\d+) at ([\d.]+)$", 30)
-    _wait_for(log, r"^\[hpc-launch\] preempted at \S+: Slurm requeues job", 15)
+    saved = wait_for(log, r"^preempt-script rank 0 saved step (\d+) at ([\d.]+)$", 30)
+    wait_for(log, r"^\[hpc-launch\] preempted at \S+: Slurm requeues job", 15)
     deadline, queued = time.monotonic() + 15, ""
     while time.monotonic() < deadline and "a requeued job" not in queued:  # Slurm's own words, then ours
         queued = cli("status", job, check=True).stdout
@@ -183,10 +171,10 @@ def test_a_cancelled_job_in_the_preemptible_partition_ends_cancelled_and_is_neve
 
 def _cancel_and_check(cli, job: str, shared_workdir: Path) -> None:
     log = shared_workdir / f"cancelled.o{job}"
-    _wait_for(log, r"^preempt-script rank 0 step 2 loss", 120)
+    wait_for(log, r"^preempt-script rank 0 step 2 loss", 120)
     cli("cancel", job, check=True)
     assert cli.wait_state(job, {"done", "failed", "cancelled", "timeout"}, timeout=60) == "cancelled"
-    saved = _wait_for(log, r"^preempt-script rank 0 saved step (\d+)", 5)
+    saved = wait_for(log, r"^preempt-script rank 0 saved step (\d+)", 5)
     assert (shared_workdir / "cancelled" / "ckpt.pt").exists(), saved.group(0)  # the cancel's grace saved it too
     time.sleep(3)  # a requeue would show at once: the job pending again
     state = _slurm_job(job)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import make_cli, wait_for
 from hpc_launch.records import JobStore
 
 pytestmark = pytest.mark.scheduler
@@ -76,18 +76,6 @@ for step in range(1, steps + 1):
 sys.stdout.write(f"ds-script rank {rank} done {steps} steps\\n")
 sys.stdout.flush()
 """
-
-
-def _wait_for(path: Path, pattern: str, timeout: float) -> re.Match:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        m = re.search(pattern, text, re.M)
-        if m:
-            return m
-        time.sleep(0.5)
-    raise AssertionError(f"{pattern!r} not in {path} after {timeout} s:\n{text[-3000:]}")
 
 
 def _submit(cli, cluster: str, name: str, script: Path, args: str, *extra: str) -> str:
@@ -163,8 +151,8 @@ def test_a_stopped_rank_of_a_users_deepspeed_loop_is_named_by_the_watchdog(hpc_l
     job = _submit(cli, "tb-slurm", "dshang", script, "1000000", "--env", "HPC_LAUNCH_HANG_S=10",
                   "--env", "HPC_LAUNCH_HANG_FACTOR=2")  # fmt: skip
     log = shared_workdir / f"dshang.o{job}"
-    _wait_for(log, r"^ds-script step 20 ", 240)
-    pid = int(_wait_for(log, r"^ds-script rank 1 of 2 on pod2 pid (\d+)", 5).group(1))
+    wait_for(log, r"^ds-script step 20 ", 240)
+    pid = int(wait_for(log, r"^ds-script rank 1 of 2 on pod2 pid (\d+)", 5).group(1))
     stopped = time.monotonic()
     try:
         subprocess.run(["kill", "-STOP", str(pid)], check=True)
@@ -214,8 +202,8 @@ def test_a_cancelled_users_script_saves_its_checkpoint_within_the_grace_and_ends
     script.write_text(STOPPING_SCRIPT)
     job = _submit(cli, "tb-slurm", "stopper", script, str(shared_workdir))
     log = shared_workdir / f"stopper.o{job}"
-    _wait_for(log, r"^stop-script rank 1 of 2 pid", 120)
-    _wait_for(log, r"^stop-script rank 0 of 2 pid", 5)
+    wait_for(log, r"^stop-script rank 1 of 2 pid", 120)
+    wait_for(log, r"^stop-script rank 0 of 2 pid", 5)
     time.sleep(1)
     cli("cancel", job, check=True)  # scancel: SIGTERM, then SIGKILL after KillWait (5 s on the testbed)
     assert _ended(cli, job, log, timeout=60) == "cancelled"

@@ -14,24 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import make_cli, wait_for
 from hpc_launch.protocol import SCRIPT_DIR
 from hpc_launch.records import JobStore
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.faults]
 
 TRAIN = "--model smallcnn --data synthetic --steps {steps} --micro-batch 8 --log-every 10 --no-eval"
-
-
-def _wait_for(path: Path, pattern: str, timeout: float) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text() if path.exists() else ""
-        m = re.search(pattern, text, re.M)
-        if m:
-            return m
-        time.sleep(0.5)
-    raise AssertionError(f"{pattern!r} not in {path} after {timeout} s:\n{text[-3000:]}")
 
 
 def _pids(log: Path) -> dict:
@@ -62,7 +51,7 @@ def test_a_rank_stopped_with_sigstop_is_named_and_the_job_ends_within_the_bound(
         TRAIN.format(steps=100000),
     )
     log = shared_workdir / f"hangs.o{job}"
-    _wait_for(log, r"^\[hpc-train\] step=20 ", 240)
+    wait_for(log, r"^\[hpc-train\] step=20 ", 240)
     rank, pid = _pids(log)["pod2"]
     stopped = time.monotonic()
     try:
@@ -114,7 +103,7 @@ def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hp
         TRAIN.format(steps=800),
     )
     log = shared_workdir / f"slowpod.o{job}"
-    _wait_for(log, r"^\[hpc-train\] step=30 ", 240)
+    wait_for(log, r"^\[hpc-train\] step=30 ", 240)
     pids = _pids(log)
     # The machine has two CPUs: pod1's and pod3's ranks on CPU 0, pod2's on CPU 1 beside a hog.
     # The kernel groups tasks by session (autogroup) and shares a CPU between the groups, and a rank
@@ -132,7 +121,7 @@ def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hp
             subprocess.run(
                 ["taskset", "-apc", "1" if pod == "pod2" else "0", str(pid)], check=True, capture_output=True
             )
-        m = _wait_for(log, r"^\[hpc-launch\] straggler: rank (\d+) on (pod\d) is ([\d.]+)x slower", 150)
+        m = wait_for(log, r"^\[hpc-launch\] straggler: rank (\d+) on (pod\d) is ([\d.]+)x slower", 150)
     finally:
         hog.send_signal(signal.SIGKILL)
         hog.wait()
