@@ -16,7 +16,8 @@ import pytest
 
 from e2e_support import make_cli
 from test_preflight_e2e import GATE_OK, fabric  # noqa: F401 - the fixture, used by name
-from test_user_script_e2e import PLAIN_ENV_SCRIPT, _ended, _submit, _wait_for
+from e2e_support import wait_for
+from test_user_script_e2e import PLAIN_ENV_SCRIPT, _ended, _submit
 
 pytestmark = pytest.mark.scheduler
 
@@ -118,8 +119,8 @@ def test_a_users_deepspeed_loop_cut_in_link_one_resumes_in_link_two(hpc_launch_b
     first = r.stdout.strip().splitlines()[-1]
     second = re.search(r"chain link 2 of 2: (\S+)", r.stderr).group(1)  # type: ignore[union-attr]
     log1, log2 = shared_workdir / f"chainmine.o{first}", shared_workdir / f"chainmine.o{second}"
-    stop_file = _wait_for(log1, r"^chain-script stop file (\S+)$", 300).group(1)
-    _wait_for(log1, r"^chain-script step 15 ", 120)
+    stop_file = wait_for(log1, r"^chain-script stop file (\S+)$", 300).group(1)
+    wait_for(log1, r"^chain-script step 15 ", 120)
     Path(stop_file).touch()  # as the deadline or the scheduler's warning asks
     assert _ended(cli, first, log1) == "done"
     assert _ended(cli, second, log2) == "done"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from e2e_support import make_cli
-from test_user_script_e2e import _ended, _wait_for
+from e2e_support import wait_for
+from test_user_script_e2e import _ended
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.faults]
 
@@ -57,7 +58,7 @@ def test_a_rank_beside_a_cpu_hog_is_named_a_straggler_in_a_users_loop(hpc_launch
         "--train-args", f"4000 {stop}", "--env", "HPC_LAUNCH_HANG_S=60", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
     )  # fmt: skip
     log = shared_workdir / f"slowmine.o{job}"
-    _wait_for(log, r"^loop step 40$", 240)
+    wait_for(log, r"^loop step 40$", 240)
     pids = {
         pod: (int(rank), int(pid))
         for rank, pod, pid in re.findall(r"^loop rank (\d) on (pod\d) pid (\d+)$", log.read_text(), re.M)
@@ -75,7 +76,7 @@ def test_a_rank_beside_a_cpu_hog_is_named_a_straggler_in_a_users_loop(hpc_launch
             subprocess.run(
                 ["taskset", "-apc", "1" if pod == "pod2" else "0", str(pid)], check=True, capture_output=True
             )
-        m = _wait_for(log, r"^\[hpc-launch\] straggler: rank (\d+) on (pod\d) is ([\d.]+)x slower", 150)
+        m = wait_for(log, r"^\[hpc-launch\] straggler: rank (\d+) on (pod\d) is ([\d.]+)x slower", 150)
     finally:
         hog.send_signal(signal.SIGKILL)
         hog.wait()
