@@ -215,8 +215,8 @@ SlurmctldHost=localhost($TB_BRIDGE_IP)
 AuthType=auth/munge
 # A requeued job waits out the credential lifetime before it starts again (slurm.conf(5),
 # cred_expire, default 120 s); starting it sooner makes slurmd refuse it ("Job credential
-# revoked") and the job fail. 20 s keeps the requeue test short without that race.
-AuthInfo=cred_expire=20
+# revoked") and the job fail. 8 s keeps the requeue tests short without that race.
+AuthInfo=cred_expire=8
 CredType=cred/munge
 SlurmUser=slurm
 SlurmdUser=root
@@ -241,7 +241,7 @@ $acct
 JobCompType=jobcomp/none
 ReturnToService=2
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=12
 InactiveLimit=0
 MinJobAge=1800
 KillWait=5

@@ -19,13 +19,13 @@ from hf_t5_script import SCRIPT
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.chain, pytest.mark.train]
 
-# link 1 ends at its deadline, 80 s after it starts (walltime 160 s less --stop-before 80 s): 140 steps
-# of at least 0.6 s each (the pause) outlast it whatever its start-up, and link 2, given the same 80 s,
-# finishes the rest while the two links' start-ups add up to under 62 s at 0.7 s a step (measured: 6 s
+# link 1 ends at its deadline, 60 s after it starts (walltime 120 s less --stop-before 60 s): 100 steps
+# of at least 0.6 s each (the pause) outlast it whatever its start-up, and link 2, given the same 60 s,
+# finishes the rest while the two links' start-ups add up to under 55 s at 0.65 s a step (measured: 6 s
 # and 12 s, 0.05 s of work a step). The test's time is about the two start-ups and MAX_STEPS x a step;
 # a longer pause keeps the work per step, which eats the margin, small against it. MAX_STEPS is a
 # multiple of the script's logging_steps (20): link 2's last step logs the loss the summary shows.
-MAX_STEPS, PAUSE_S = 140, 0.6
+MAX_STEPS, PAUSE_S = 100, 0.6
 
 
 def _ended(cli, job: str, log: Path, timeout: float) -> str:
@@ -50,8 +50,8 @@ def test_the_hf_trainer_stops_at_link_ones_deadline_and_link_two_resumes_its_glo
     out = shared_workdir / "t5-out"
     t0 = time.monotonic()
     r = cli(
-        "submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "t5", "--walltime", "160s",
-        "--stop-before", "80s", "--chain", "2", "--script", str(script),
+        "submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "t5", "--walltime", "120s",
+        "--stop-before", "60s", "--chain", "2", "--script", str(script),
         "--train-args", f"{out} {MAX_STEPS} {PAUSE_S}", check=True,
     )  # fmt: skip
     first = r.stdout.strip().splitlines()[-1]
