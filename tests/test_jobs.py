@@ -244,6 +244,21 @@ def test_cancel_records_the_end_the_scheduler_reports_afterwards(scripted, store
     assert (rec.state, rec.exit_code) == ("cancelled", 271)
 
 
+def test_cancel_confirms_an_end_that_follows_the_signal_within_a_tenth_of_a_second(scripted, store):
+    """A local job ends ~0.1 s after cancel's TERM (its script's exit trap): the confirmation waits no
+    longer than that, not the half second and then second of a scheduler's confirmation."""
+    t = _fake(scripted)
+    scripted.answers = [
+        {"42": StatusInfo(JobState.RUNNING, raw="R")},  # before the request
+        {"42": StatusInfo(JobState.RUNNING, raw="R")},  # right after it: the trap still runs
+        {"42": StatusInfo(JobState.CANCELLED, 143, "F")},
+    ]
+    slept: List[float] = []
+    result = jobs.cancel(store, _record(store, state="running"), t, sleep=slept.append)
+    assert result.state == JobState.CANCELLED
+    assert sum(slept) <= 0.1, slept
+
+
 def test_cancel_that_races_the_jobs_own_end_keeps_the_real_outcome(scripted, store):
     """scancel/qdel of a job that completed in between: the job is done, not cancelled."""
     t = _fake(scripted)
