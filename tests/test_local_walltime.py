@@ -38,7 +38,7 @@ def test_a_local_job_is_ended_at_its_walltime_and_says_so(hpc_launch_bin, tmp_pa
     env = _env(tmp_path)
     began = time.monotonic()
     job = _submit(hpc_launch_bin, work, env, "long.py", "00:00:04")
-    assert _wait_until(lambda: _status(hpc_launch_bin, work, env, job)["state"] not in ("queued", "running"), 60, 1)
+    assert _wait_until(lambda: _status(hpc_launch_bin, work, env, job)["state"] not in ("queued", "running"), 60, 0.2)
     took = time.monotonic() - began
     got = _status(hpc_launch_bin, work, env, job)
     assert got["state"] == "timeout" and got["exit_code"] == 142, got
@@ -62,7 +62,7 @@ def test_a_job_that_ignores_the_stop_is_killed_after_the_grace(hpc_launch_bin, t
     )
     env = _env(tmp_path, HPC_LAUNCH_KILL_GRACE_S="2")
     job = _submit(hpc_launch_bin, work, env, "stubborn.py", "00:00:08")  # time to start: it must ignore the SIGTERM
-    assert _wait_until(lambda: _status(hpc_launch_bin, work, env, job)["state"] not in ("queued", "running"), 60, 1)
+    assert _wait_until(lambda: _status(hpc_launch_bin, work, env, job)["state"] not in ("queued", "running"), 60, 0.2)
     got = _status(hpc_launch_bin, work, env, job)
     assert got["state"] == "timeout" and got["exit_code"] == 142, got
     assert "SIGKILL" in (work / f"train.o{job}").read_text()
