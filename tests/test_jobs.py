@@ -216,6 +216,25 @@ def test_terminal_records_are_not_asked_again(scripted, store):
     assert t.ran == []
 
 
+# ---- waiting for jobs to end --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("has_scheduler,waited", [(True, (1.5, 2.25)), (False, (0.3, 0.45))])
+def test_a_wait_for_jobs_with_no_scheduler_asks_every_few_tenths(scripted, store, monkeypatch, has_scheduler, waited):
+    """A scheduler's controller is spared (POLL: 1.5 s, then more); where there is none (local,
+    pods) a query is a `ps` and a job ends in seconds: asked from 0.3 s (before: 1.5 s there too)."""
+    from hpc_launch.sweep_jobs import watch
+
+    monkeypatch.setattr(scripted, "has_scheduler", has_scheduler)
+    t = _fake(scripted)
+    running = {"42": StatusInfo(JobState.RUNNING, raw="R")}
+    scripted.answers = [running, running, {"42": StatusInfo(JobState.DONE, 0, "F")}]
+    slept: List[float] = []
+    (ended,) = watch(store, [_record(store, state="running")], lambda host: t, write=lambda s: None, sleep=slept.append)
+    assert ended.state == "done"
+    assert slept == pytest.approx(list(waited))
+
+
 # ---- cancel -------------------------------------------------------------------------------
 
 
