@@ -97,10 +97,10 @@ def test_a_packed_sweep_is_one_job_and_a_failing_or_hanging_point_does_not_stop_
     assert rows[2]["configuration"] == "zero=2 offload=none precision=fp32 micro_batch=8"
     assert (rows[2]["samples_per_sec"], rows[2]["ranks"], rows[2]["steps"]) == ("8.0", "2", "2")
     assert (tmp_path / "ran").read_text().split("\n")[:3] == ["start 13", "start 17", "start 8"]
-    import subprocess
+    from test_faults import _processes_in
 
-    # nothing of the hanging point is left
-    assert "sleep 600" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    # nothing of the hanging point is left (in its work dir: the machine's other `sleep 600`s are not its)
+    assert not [args for _, args in _processes_in(tmp_path) if "sleep 600" in args]
 
 
 def test_a_cut_packed_sweep_resumed_runs_only_the_points_that_did_not_finish(tmp_path, fake_trainer, monkeypatch):
