@@ -43,11 +43,16 @@ def late_reaper():
         yield
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-        for pid in _children() - known:  # only the adopted ones: never another test's Popen
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        adopted = _children() - known  # only these: never another test's Popen
+        deadline = time.monotonic() + 10  # what still runs after that stays: it is reaped by nobody, harmlessly
+        while adopted and time.monotonic() < deadline:
+            for pid in list(adopted):
+                try:
+                    if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                        adopted.discard(pid)
+                except ChildProcessError:
+                    adopted.discard(pid)
+            time.sleep(0.05)
 
 
 def _children() -> set:
