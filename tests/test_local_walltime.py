@@ -9,6 +9,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from envutil import scheduler_env_cleared
 from inproc import run_cli
 from test_faults import _processes_in, _wait_until
@@ -53,6 +55,11 @@ def test_a_local_job_is_ended_at_its_walltime_and_says_so(hpc_launch_bin, tmp_pa
     assert _wait_until(lambda: not _processes_in(work), 10), _processes_in(work)
 
 
+# Real time that cannot be shortened (a walltime long enough for the job to start and ignore the
+# SIGTERM, then the grace): out of the fast tier, into CI's `beside` lane (scheduler + beside), which
+# runs tests on the local cluster beside the pods' lane. It needs no testbed.
+@pytest.mark.scheduler
+@pytest.mark.beside
 def test_a_job_that_ignores_the_stop_is_killed_after_the_grace(hpc_launch_bin, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
