@@ -6,9 +6,12 @@
 # of `signal.py`), so the window in which Ctrl-C still lands in our code is a few bytecodes wide.
 import sys as _sys
 
+# It ends the process outright: an exception raised where Python ignores it (a handler that runs inside
+# an import lock's weakref callback, "Exception ignored in: ... SystemExit: 130") let the command go on.
 if _sys.argv and _sys.argv[0].rsplit("/", 1)[-1] == "hpc-launch":
     import _signal
+    import posix as _posix
 
-    _signal.signal(_signal.SIGINT, lambda signum, frame: _sys.exit(130))  # HANDLER-INSTALLED
+    _signal.signal(_signal.SIGINT, lambda signum, frame: _posix._exit(130))  # HANDLER-INSTALLED
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ from .terminal import visible
 from .logs import follow, read_exit_code, read_exit_time
 from .records import JobRecord, JobStore
 from .states import JobState
-from .jobs import read_whole_log, state_poller, transport_for
+from .jobs import poll_for, read_whole_log, state_poller, transport_for
 from .jobs.state import start_words
 from .protocol import EXIT_SIGINT, FAILOVER_PREFIX, PREEMPTED_PREFIX, REQUEUED_RUN
 
@@ -107,6 +107,7 @@ def follow_job(record: JobRecord, *, store: Optional[JobStore] = None, show_all:
             on_wait=display.on_wait,
             script=record.script_name,
             on_reconnect=display.on_reconnect,
+            poll=poll_for([record]),
             ended=(lambda: transport.size(record.exit_path) is not None) if record.exit_path else None,
         )
     except KeyboardInterrupt:

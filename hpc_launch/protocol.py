@@ -136,11 +136,16 @@ class Backoff:
 # controller (submitit-style; never one query per job per second)
 POLL = Backoff(1.0, 1.5, 10.0)
 # a dropped connection (sshd restarted, laptop asleep) is retried this way ...
+# ... and a cluster with no scheduler's (local, SSH pods): the query is a `ps` on the node, no controller to
+# spare, and a job there starts and ends in seconds (jobs/state.poll_for picks)
+POLL_NO_SCHEDULER = Backoff(0.2, 1.5, 2.0)
 RECONNECT = Backoff(1.0, 2.0, 30.0)
 RECONNECT_GIVE_UP_S = 600.0  # ... this long before the follow gives up (the job is not affected)
 # `cancel` waits this long for the scheduler to confirm the end (PBS kept a qdel'ed job R for 17 s)
 CANCEL_CONFIRM_S = 45.0
-CANCEL_POLL = Backoff(0.5, 2.0, 4.0)
+# from a tenth of a second: a local job's end follows the signal that soon; a scheduler's slower end costs
+# two more queries in its first second
+CANCEL_POLL = Backoff(0.1, 2.0, 4.0)
 
 
 # ---- a node's network interface ---------------------------------------------------------------

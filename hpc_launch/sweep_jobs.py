@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .jobs.connect import TransportFor, transport_for
 from .plan import label
-from .protocol import POLL, Backoff
+from .protocol import Backoff
 
 
 @dataclass
@@ -163,12 +163,14 @@ def watch(
     *,
     write: Callable[[str], Any] = sys.stderr.write,
     sleep: Callable[[float], None] = time.sleep,
-    poll: Backoff = POLL,
+    poll: Optional[Backoff] = None,
 ) -> List[Any]:
-    """Until every job has ended: one scheduler query per cluster per poll, a line per job as it
-    ends. Returns the records as they ended."""
-    from .jobs import refresh
+    """Until every job has ended: one scheduler query per cluster per poll (`poll`, or the pace
+    jobs.poll_for picks for them), a line per job as it ends. Returns the records as they ended."""
+    from .jobs import poll_for, refresh
     from .states import JobState
+
+    poll = poll or poll_for(records)
 
     current = {(r.cluster, r.job_id): r for r in records}
     said: set = set()

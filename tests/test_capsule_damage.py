@@ -27,7 +27,7 @@ def real_capsule(tmp_path_factory):
     env.update(HPC_LAUNCH_STATE_DIR=str(base / "state"), HPC_LAUNCH_CONFIG_DIR=str(base / "config"))
     bin_ = str(Path(sys.executable).parent / "hpc-launch")
     r = subprocess.run(
-        [bin_, "submit", "-c", "local", "--script", "quick.py", "--train-args", "--steps 3"],
+        [bin_, "submit", "-c", "local", "-g", "1", "--script", "quick.py", "--train-args", "--steps 3"],
         cwd=base,
         env=env,
         capture_output=True,

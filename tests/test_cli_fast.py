@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from envutil import scheduler_env_cleared
+from inproc import run_cli
 
 STAMP = re.compile(r"\d{8}-\d{6}-\d{3}")  # a dry-run's script name: the time it was rendered
 # prints, at exit, which path ran: typer is imported exactly when the command line went to typer
@@ -35,7 +36,20 @@ def env(tmp_path):
 
 
 def run(argv, env, cwd, fast=True):
-    env = dict(env) if fast else dict(env, HPC_LAUNCH_NO_FAST="1")
+    """(exit code, stdout, stderr, the path that ran). The fast path in a process of its own: whether it
+    imported typer is the question. typer's own answer (HPC_LAUNCH_NO_FAST) in this one (tests/inproc.py):
+    its imports are no question, and each of its starts cost a subprocess ~0.3 s."""
+    if not fast:
+        from hpc_launch.cli import fast as fast_module
+
+        real, asked = fast_module.fast_runner, []
+        fast_module.fast_runner = lambda args: asked.append(real(args)) or asked[-1]
+        try:
+            r = run_cli(argv, env=dict(env, HPC_LAUNCH_NO_FAST="1"), cwd=cwd)
+        finally:
+            fast_module.fast_runner = real
+        path = "fast" if any(runner is not None for runner in asked) else "typer"
+        return r.returncode, STAMP.sub("STAMP", r.stdout), STAMP.sub("STAMP", r.stderr), path
     r = subprocess.run(
         [sys.executable, "-c", PROBE, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
     )

@@ -12,6 +12,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -127,6 +128,37 @@ def _frames_after_handler(err: str) -> list:
     installed = next(n for n, line in enumerate(init.read_text().splitlines(), 1) if "HANDLER-INSTALLED" in line)
     frames = re.findall(r'File "([^"]*hpc_launch/[^"]*)", line (\d+)', err)
     return [(f, n) for f, n in frames if not (f.endswith("hpc_launch/__init__.py") and int(n) <= installed)]
+
+
+# Ctrl-C's handler run inside a weakref callback, as when the signal lands while an import releases
+# its module lock (importlib's _get_module_lock cb): Python ignores an exception raised there
+PY_IGNORES_IT = """
+import signal, sys, weakref
+sys.argv[0] = "hpc-launch"
+import hpc_launch
+{handler}
+class Lock: pass
+lock = Lock()
+ref = weakref.ref(lock, lambda _: handler(signal.SIGINT, None))
+del lock
+print("the command went on")
+"""
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        "handler = signal.getsignal(signal.SIGINT)",  # the package's, from its first statement
+        "from hpc_launch.cli import _interrupted_while_starting as handler",  # the command's, until main()
+    ],
+)
+def test_ctrl_c_while_starting_ends_the_command_even_where_python_ignores_exceptions(handler):
+    """Before, the handlers raised SystemExit(130): in such a callback it was printed as "Exception
+    ignored" and the command went on (a submit Ctrl-C'ed 0.05 s in ran and followed its job)."""
+    r = subprocess.run(
+        [sys.executable, "-c", PY_IGNORES_IT.format(handler=handler)], capture_output=True, text=True, timeout=60
+    )
+    assert (r.returncode, r.stdout, r.stderr) == (130, "", "")
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.15, 0.3, 0.45, 0.6, 0.8, 1.2, 2.0])

@@ -71,11 +71,14 @@ def _race(tmp_path: Path, gates: dict, rounds: int) -> list:
         procs = {}
         for cluster, gate in gates.items():
             body = gate.replace("/CLAIM", str(claim))
-            script = f"while [ ! -e {go} ]; do :; done\nJOB_ID=1{r}\n{body}\necho TRAINS\n"
+            ready = tmp_path / f"ready{r}-{cluster}"
+            script = f"touch {ready}\nwhile [ ! -e {go} ]; do :; done\nJOB_ID=1{r}\n{body}\necho TRAINS\n"
             procs[cluster] = subprocess.Popen(
                 ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30  # every shell spins at the barrier: then it opens
+        while not all((tmp_path / f"ready{r}-{c}").exists() for c in gates) and time.monotonic() < deadline:
+            time.sleep(0.005)
         go.touch()
         outs = {c: (p.communicate(timeout=30)[0], p.returncode) for c, p in procs.items()}
         trained = [c for c, (out, rc) in outs.items() if "TRAINS" in out and rc == 0]
@@ -137,8 +140,9 @@ def _wait_ended(store: JobStore, timeout: float = 60) -> list:
 
 
 def test_where_submit_on_two_clusters_that_start_at_once_trains_once(two_locals, capsys):
+    where = ["where", "-c", "local,local-b,no-such-site", "--submit", "--script", "tiny.py", "-N", "tiny"]
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["where", "-c", "local,local-b,no-such-site", "--submit", "--script", "tiny.py", "-N", "tiny"])
+        cli.main([*where, "-g", "1"])  # one rank each: which job trains is the question, not how many ranks
     out, err = capsys.readouterr()
     assert exit_.value.code == 0, err
     group = out.strip()

@@ -216,6 +216,25 @@ def test_terminal_records_are_not_asked_again(scripted, store):
     assert t.ran == []
 
 
+# ---- waiting for jobs to end --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("has_scheduler,waited", [(True, (1.5, 2.25)), (False, (0.3, 0.45))])
+def test_a_wait_for_jobs_with_no_scheduler_asks_every_few_tenths(scripted, store, monkeypatch, has_scheduler, waited):
+    """A scheduler's controller is spared (POLL: 1.5 s, then more); where there is none (local,
+    pods) a query is a `ps` and a job ends in seconds: asked from 0.3 s (before: 1.5 s there too)."""
+    from hpc_launch.sweep_jobs import watch
+
+    monkeypatch.setattr(scripted, "has_scheduler", has_scheduler)
+    t = _fake(scripted)
+    running = {"42": StatusInfo(JobState.RUNNING, raw="R")}
+    scripted.answers = [running, running, {"42": StatusInfo(JobState.DONE, 0, "F")}]
+    slept: List[float] = []
+    (ended,) = watch(store, [_record(store, state="running")], lambda host: t, write=lambda s: None, sleep=slept.append)
+    assert ended.state == "done"
+    assert slept == pytest.approx(list(waited))
+
+
 # ---- cancel -------------------------------------------------------------------------------
 
 
@@ -242,6 +261,21 @@ def test_cancel_records_the_end_the_scheduler_reports_afterwards(scripted, store
     assert (result.state, result.exit_code) == (JobState.CANCELLED, 271)
     rec = store.get("42", "c")
     assert (rec.state, rec.exit_code) == ("cancelled", 271)
+
+
+def test_cancel_confirms_an_end_that_follows_the_signal_within_a_tenth_of_a_second(scripted, store):
+    """A local job ends ~0.1 s after cancel's TERM (its script's exit trap): the confirmation waits no
+    longer than that, not the half second and then second of a scheduler's confirmation."""
+    t = _fake(scripted)
+    scripted.answers = [
+        {"42": StatusInfo(JobState.RUNNING, raw="R")},  # before the request
+        {"42": StatusInfo(JobState.RUNNING, raw="R")},  # right after it: the trap still runs
+        {"42": StatusInfo(JobState.CANCELLED, 143, "F")},
+    ]
+    slept: List[float] = []
+    result = jobs.cancel(store, _record(store, state="running"), t, sleep=slept.append)
+    assert result.state == JobState.CANCELLED
+    assert sum(slept) <= 0.1, slept
 
 
 def test_cancel_that_races_the_jobs_own_end_keeps_the_real_outcome(scripted, store):

@@ -159,8 +159,8 @@ def test_a_rerun_keeps_the_jobs_notification_by_its_variables_name(hpc_launch_bi
     hook = "http://127.0.0.1:9/hooks/T0k3n"  # nothing listens: the job's posts fail quietly
     r = _run(
         hpc_launch_bin, tmp_path, "submit", "-c", "local", "-g", "1", "--script", "quick.py", "--notify", "MY_HOOK",
-        MY_HOOK=hook,
-    )  # fmt: skip
+        MY_HOOK=hook, HPC_LAUNCH_NOTIFY_PAUSES="0.2,0.3",  # its 3 tries per message without 7 s of pauses: the
+    )  # fmt: skip  # cancel below waited for them
     assert r.returncode == 0, r.stderr
     job = r.stdout.split()[0]
     try:

@@ -184,7 +184,7 @@ def test_a_failed_image_staging_is_one_line_naming_the_node_and_the_fix(tmp_path
 
 def test_a_node_that_never_starts_is_named(tmp_path, src):
     hosts, hostfile, token = _tree(tmp_path, 3)
-    fast = ["--timeout", "3", "--idle", "5"]
+    fast = ["--timeout", "2", "--idle", "5"]  # 2 s for the tree to connect: the real nodes need a fraction
     res = _run_nodes(hostfile, token, src, str(tmp_path / "l" / "{host}"), 3, skip={2}, extra={0: fast, 1: fast})
     assert res[0].returncode == 3
     assert "127.0.0.3 did not connect for staging" in res[0].stderr, res[0].stderr
@@ -197,7 +197,7 @@ def test_a_node_without_the_token_is_not_fed(tmp_path, src):
     hosts, hostfile, token = _tree(tmp_path, 2)
     other = tmp_path / "other-token"
     other.write_text(os.urandom(16).hex())
-    fast = ["--timeout", "3", "--idle", "5"]
+    fast = ["--timeout", "2", "--idle", "5"]  # 2 s for the tree to connect: the real nodes need a fraction
     port = _free_port()
     argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
     argv += ["--port", str(port)] + fast

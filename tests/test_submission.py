@@ -51,7 +51,8 @@ def test_dry_run_is_the_submitted_script_here(hpc_launch_bin, tmp_path, workdir_
     (home / "hello.py").write_text("print('hello from the job')\n")
     env = _env(tmp_path, HOME=str(home))
     workdir = "runs/a" if workdir_form == "relative" else "~/runs/a"
-    args = ["submit", "--cluster", "local", "--script", "~/hello.py", "--workdir", workdir]
+    # one rank: what is compared is the script, and a second rank only starts torch once more
+    args = ["submit", "--cluster", "local", "-g", "1", "--script", "~/hello.py", "--workdir", workdir]
     dry = _run(hpc_launch_bin, [*args, "--dry-run"], home, env)
     assert dry.returncode == 0, dry.stderr
     real = _run(hpc_launch_bin, args, home, env)
@@ -73,6 +74,8 @@ def test_dry_run_is_the_submitted_script_over_ssh(hpc_launch_bin, tmp_path, serv
         "submit",
         "--cluster",
         "local",
+        "-g",
+        "1",
         "--login",
         server.alias,
         "--workdir",

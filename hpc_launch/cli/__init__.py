@@ -29,7 +29,9 @@ import _signal
 
 
 def _interrupted_while_starting(signum, frame):
-    raise SystemExit(130)  # Ctrl-C before any command ran: nothing to undo, nothing to say
+    # Ctrl-C before any command ran: nothing to undo, nothing to say. Not SystemExit: raised while an
+    # import runs a weakref callback, Python prints "Exception ignored" and the command went on.
+    os._exit(130)
 
 
 if __name__ in ("hpc_launch.cli", "__main__"):

@@ -24,7 +24,17 @@ from .connect import TransportFor, transport_for
 from .logfile import array_tasks, capsule_of, log_text_or_empty, read_whole_log
 from .groups import chain_links, find_jobs, group_members, lookup, recorded, submit_array
 from .placing import NotRecorded, record_for, run_submit, signals_held
-from .state import NeverRuns, Outcome, exit_hint, query, refresh, refresh_is_cheap, state_from_exit_code, state_poller
+from .state import (
+    NeverRuns,
+    Outcome,
+    exit_hint,
+    poll_for,
+    query,
+    refresh,
+    refresh_is_cheap,
+    state_from_exit_code,
+    state_poller,
+)
 from .rerun import RerunUI, rerun
 from .submission import adopt, submit
 from .where import Where, where, where_line
@@ -50,6 +60,7 @@ __all__ = [
     "NeverRuns",
     "Outcome",
     "exit_hint",
+    "poll_for",
     "query",
     "refresh",
     "refresh_is_cheap",

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 from msgspec.structs import replace
 
 from ..errors import HpcLaunchError, ProfileError, SchedulerError, SpecError, TransportError
-from ..protocol import EXIT_LOST_START, POLL
+from ..protocol import EXIT_LOST_START
 from ..records import JobRecord, JobStore
 from ..spec import JobSpec
 from ..states import JobState
 from .cancel import cancel_group
 from .connect import TransportFor, transport_for
-from .state import refresh
+from .state import poll_for, refresh
 from .submission import submit
 
 if TYPE_CHECKING:
@@ -162,7 +162,8 @@ def watch(
     claim = records[0].extra[CLAIM_KEY]
     link = transport(records[0].host)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    delay = POLL.first
+    pace = poll_for(records)
+    delay = pace.first
     while True:
         owner = claim_owner(link, claim)
         if owner is not None and owner[0]:
@@ -173,7 +174,7 @@ def watch(
         if deadline is not None and time.monotonic() >= deadline:
             return None
         sleep(delay)
-        delay = POLL.after(delay)
+        delay = pace.after(delay)
     winner_cluster, winner_job = owner
     winner = next((r for r in records if r.cluster == winner_cluster), None)
     why = f"another cluster started first: {winner_cluster} job {winner_job}"

@@ -21,7 +21,7 @@ from msgspec.structs import replace as replace_struct
 from .. import dialects
 from ..errors import HpcLaunchError, SchedulerError, TransportError
 from ..notify import relay as notify_relay
-from ..protocol import LOCAL_HOST
+from ..protocol import LOCAL_HOST, POLL, POLL_NO_SCHEDULER, Backoff
 from ..records import JobRecord, JobStore
 from ..states import JobState
 from ..transport.base import Transport
@@ -40,6 +40,7 @@ __all__ = [  # callers import these from here (jobs/__init__, cancel, the CLI, t
     "Unreached",
     "cancel_requested",
     "exit_hint",
+    "poll_for",
     "query",
     "refresh",
     "refresh_is_cheap",
@@ -85,6 +86,14 @@ def after_reading(store: JobStore, records: List[JobRecord], transport: Transpor
 def refresh_is_cheap(rec: JobRecord) -> bool:
     """A job on this machine with no scheduler: one local `ps` tells its state."""
     return rec.host == LOCAL_HOST and not dialects.get(rec.dialect).has_scheduler and not JobState(rec.state).terminal
+
+
+def poll_for(records: Iterable[JobRecord]) -> Backoff:
+    """The pace of state queries while waiting for these jobs: a scheduler's is spared (POLL); where
+    none of them has a scheduler, a query is a `ps` (POLL_NO_SCHEDULER)."""
+    if any(dialects.get(r.dialect).has_scheduler for r in records):
+        return POLL
+    return POLL_NO_SCHEDULER
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,3 +38,15 @@ def test_a_failing_ranks_code_is_the_launchers(tmp_path):
     r = _launch(tmp_path, "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(7)\ntime.sleep(30)\n")
     assert r.returncode == 7, r.stderr[-2000:]
     assert "exits with return code = 7" in r.stdout
+
+
+def test_the_launcher_ends_at_once_after_its_last_rank(tmp_path):
+    """DeepSpeed's loop looks at its ranks once a second and sleeps a second more after the last one
+    ended (1-2 s at the end of every job); its sleeps now end when a rank exits."""
+    rank = 'import os, time\nos.write(1, f"ended {time.time()}\\n".encode())\n'
+    r = _launch(tmp_path, rank)
+    returned = time.time()
+    assert r.returncode == 0, r.stderr[-2000:]
+    ended = [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("ended ")]
+    assert len(ended) == 2, r.stdout[-2000:]
+    assert returned - max(ended) < 0.9, returned - max(ended)  # before: at least the final 1-s sleep

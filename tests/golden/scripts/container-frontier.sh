@@ -40,7 +40,8 @@ hpc_launch_session() {  # the pids of this script's session but its own and the 
     # shellcheck disable=SC2086  # fields after the command's name: state ppid pgrp session
     set -- ${stat##*) }
     f=${d#/proc/}
-    if [ "${4:-}" = "$$" ] && [ "$f" != "$$" ] && [ "$f" != "${HPC_LAUNCH_TEE_PID:-}" ]; then hpc_launch_left+=" $f"; fi
+    # a zombie has ended (its parent, or a PID 1 that reaps late, has yet to collect it): signals cannot reach it
+    if [ "${4:-}" = "$$" ] && [ "$1" != Z ] && [ "$1" != X ] && [ "$f" != "$$" ] && [ "$f" != "${HPC_LAUNCH_TEE_PID:-}" ]; then hpc_launch_left+=" $f"; fi
   done
 }
 hpc_launch_reap() {

@@ -1,0 +1,88 @@
+"""A job's script ends at once when all that is left of its session is a zombie.
+
+As it exits, the job script ends what its session left (templates/body/prologue.sh.j2). A zombie
+there has already ended: its parent has yet to collect it, and where that parent is a PID 1 that
+reaps late (containers) it stays for seconds. Before, the script took it for a live process: it
+printed "ending the 1 process(es) of this job still running" and waited 2 s for it to go away at
+the end of every such job. Here the test process stands in for that PID 1: a child subreaper
+(prctl) that collects nothing until the job has ended.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from envutil import scheduler_env_cleared
+from inproc import run_cli
+
+PR_SET_CHILD_SUBREAPER = 36
+
+# the rank leaves a child it never waits for: a zombie of the job's session once the rank exits
+# (os.spawnv: no Popen object whose collection would reap it)
+RANK = """\
+import os, time
+os.spawnv(os.P_NOWAIT, "/bin/true", ["true"])
+time.sleep(0.3)
+print("left a zombie", flush=True)
+"""
+
+
+@pytest.fixture
+def late_reaper():
+    """This process adopts the job's orphans (as PID 1 would) and reaps them only at the end."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        pytest.skip(f"prctl(PR_SET_CHILD_SUBREAPER): errno {ctypes.get_errno()}")
+    known = _children()
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        adopted = _children() - known  # only these: never another test's Popen
+        deadline = time.monotonic() + 10  # what still runs after that stays: it is reaped by nobody, harmlessly
+        while adopted and time.monotonic() < deadline:
+            for pid in list(adopted):
+                try:
+                    if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                        adopted.discard(pid)
+                except ChildProcessError:
+                    adopted.discard(pid)
+            time.sleep(0.05)
+
+
+def _children() -> set:
+    me, found = str(os.getpid()), set()
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me:
+            found.add(int(d.name))
+    return found
+
+
+def _wait_for_child(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        assert time.monotonic() < deadline, f"job script {pid} still runs after {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_zombie_left_in_the_session_does_not_hold_up_the_jobs_end(tmp_path, late_reaper):
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"))
+    (tmp_path / "rank.py").write_text(RANK)
+    argv = ["submit", "--cluster", "local", "--script", "rank.py", "--gpus-per-node", "1"]
+    r = run_cli(argv, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    _wait_for_child(int(job_id), 120)  # the job script (pid = job id) was adopted by this process
+    log = (tmp_path / f"train.o{job_id}").read_text()
+    assert "left a zombie" in log, log[-2000:]
+    assert "still running as it ends" not in log, log[-2000:]
