@@ -203,6 +203,10 @@ def test_directives_need_a_scheduler_and_one_line_each():
     with pytest.raises(SpecError, match=r"must be one non-empty line"):
         directives.check_directive_lines(JobSpec(directives=["a\nb"]))
     directives.check_directive_lines(JobSpec(directives=["-l place=scatter"]))
+    # the prefix is hpc-launch's to write: '#PBS -q x' rendered '#PBS #PBS -q x', unchecked (hypothesis found it)
+    with pytest.raises(SpecError, match=r"starts with its own prefix") as refused:
+        directives.check_directive_lines(JobSpec(directives=["#PBS -q evil"]))
+    assert "--directive '-q evil'" in str(refused.value.hint)
 
 
 def test_directives_job_name():

@@ -39,3 +39,11 @@ def check_directive_lines(spec: JobSpec) -> None:
                 f"directive {line!r} must be one non-empty line",
                 hint="pass each --directive as a single line such as '-l place=scatter'",
             )
+        if line.lstrip().startswith("#"):
+            # '#PBS -q x' would render as '#PBS #PBS -q x': a line the scheduler misreads, and one the
+            # queue and walltime checks (directive_limits.py) never see
+            raise SpecError(
+                f"directive {line!r} starts with its own prefix",
+                hint=f"give the options only, e.g. --directive {line.lstrip().split(None, 1)[-1]!r}: "
+                "hpc-launch writes the scheduler's prefix itself",
+            )
