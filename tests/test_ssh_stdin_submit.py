@@ -194,9 +194,18 @@ def test_the_secrets_file_is_0600_on_the_far_side_all_through_its_transfer(serve
                 pass
             time.sleep(0.002)
 
+    def look_mid_transfer():  # one look for certain, whatever the watcher thread got of a loaded CPU
+        deadline = time.monotonic() + 5
+        while not dir_modes and time.monotonic() < deadline:
+            try:
+                look()
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+
     watcher = threading.Thread(target=watch)
     watcher.start()
-    slow_sender(monkeypatch)
+    slow_sender(monkeypatch, at_half=look_mid_transfer)
     try:
         r = t.run_with_files([OutgoingFile(str(d / "job.secrets"), secret, private=True)], ["true"])
     finally:
