@@ -241,7 +241,7 @@ $acct
 JobCompType=jobcomp/none
 ReturnToService=2
 SlurmctldTimeout=30
-SlurmdTimeout=12
+SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=1800
 KillWait=5
