@@ -241,7 +241,7 @@ $acct
 JobCompType=jobcomp/none
 ReturnToService=2
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=20
 InactiveLimit=0
 MinJobAge=1800
 KillWait=5

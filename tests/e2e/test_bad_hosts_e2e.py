@@ -41,11 +41,12 @@ def _wait_nodes_idle(pods, timeout=120):
     raise AssertionError(f"pods {pods} did not come back: {r.stdout}")
 
 
-def _slow_start_profile(tmp: Path, base: str) -> Path:
-    """The testbed profile with a pause before the hostfile step: time to break a node after the
-    allocation, before the job uses it."""
-    path = tmp / f"{base}-slow.yaml"
-    path.write_text(f"name: {base}\nmodules: {{init: 'sleep 8', load: []}}\n")
+def _held_start_profile(tmp: Path, base: str, flag: Path) -> Path:
+    """The testbed profile whose job waits for `flag` before its hostfile step: the test breaks a
+    node after the allocation, before the job uses it, then lets it go on (a fixed pause was 8 s)."""
+    path = tmp / f"{base}-held.yaml"
+    wait = f"for i in $(seq 300); do [ -e {flag} ] && break; sleep 0.2; done"
+    path.write_text(f"name: {base}\nmodules: {{init: {json.dumps(wait)}, load: []}}\n")
     return path
 
 
@@ -53,16 +54,20 @@ def test_a_node_that_fails_under_a_slurm_job_is_named_and_the_next_job_avoids_it
     hpc_launch_bin, testbed, shared_workdir, tmp_path
 ):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
-    profile = _slow_start_profile(tmp_path, "tb-slurm")
+    flag = shared_workdir / "go-failing"
+    flag.unlink(missing_ok=True)
+    profile = _held_start_profile(tmp_path, "tb-slurm", flag)
     job = cli.submit(
         "--cluster", "tb-slurm", "--nodes", "3", "--name", "failing", "--profile", profile, "--walltime", "5m"
     )
     cli.wait_state(job, {"running"}, timeout=120)
     try:
         _pod("pod3", "ip", "link", "set", "eth0", "down")  # after the allocation: slurmd and sshd there are cut off
+        flag.touch()
         ended = cli.wait_state(job, {"failed", "done", "cancelled", "timeout"}, timeout=240)
     finally:
         _pod("pod3", "ip", "link", "set", "eth0", "up")
+        flag.unlink(missing_ok=True)
     assert ended == "failed"
     bad = {b.host: b.reason for b in JobStore().bad_hosts("tb-slurm")}
     hosts = cli("hosts", "--cluster", "tb-slurm", check=True).stdout
@@ -113,7 +118,7 @@ def test_pbs_spares_replace_a_pod_whose_interface_is_down_though_it_keeps_its_ad
 ):
     """pod2's eth0 is taken down after the allocation, before the spares check: it keeps its
     address. The job trains on pod1 and pod3, names pod2, and the link is back up before Slurm's
-    SlurmdTimeout (30 s on the testbed) would take pod2 and the job down with it."""
+    SlurmdTimeout (20 s on the testbed) would take pod2 and the job down with it."""
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
     flag = shared_workdir / "go-spares-link"
     profile = tmp_path / "tb-pbs-held.yaml"  # the job waits for the flag before its hostfile step
