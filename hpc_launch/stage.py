@@ -25,6 +25,7 @@ import argparse
 import hmac
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -65,6 +66,32 @@ from .stage_wire import (  # noqa: F401  (CHUNK, LEN, MAGIC re-exported for the 
     mac,
     send_failure,
 )
+
+
+class Stopped(Exception):
+    """The launcher stopped this node (srun --kill-on-bad-exit, mpirun and mpiexec end every task
+    with SIGTERM once one fails; a cancelled job's step too): its partial copy is removed first."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _stop_on_signals() -> None:
+    """Python's default for SIGTERM is to die on the spot, leaving DEST.partial-PID behind on a
+    node that was mid-copy when another node failed. Raise instead, once: the cleanup below runs,
+    and a second signal cannot cut it short (the launcher's SIGKILL after its grace still can)."""
+
+    def stopped(signum: int, _frame: object) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stopped)
 
 
 @dataclass
@@ -137,10 +164,15 @@ def _trailer(place: _Place, source: Source, got: int, digest: bytes) -> bytes:
 def _install(tmp: str, dest: str) -> None:
     """DEST.partial-PID becomes DEST; a copy left by an earlier job is replaced."""
     old = None
-    if os.path.lexists(dest):
-        old = f"{dest}.old-{os.getpid()}-{os.urandom(4).hex()}"
-        os.rename(dest, old)
-    os.rename(tmp, dest)
+    # a stop signal waits until DEST is whole again (the old copy or the new), never between the renames
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        if os.path.lexists(dest):
+            old = f"{dest}.old-{os.getpid()}-{os.urandom(4).hex()}"
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     if old:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -202,12 +234,15 @@ def stage(
             raise StageError(str(err) if str(err).startswith("on ") else f"on {place.me}: {err}") from None
         except OSError as err:
             raise StageError(f"on {place.me}: {err}") from None
-    except StageError as err:
-        place.fanout.abort(str(err))
+    except (StageError, Stopped) as err:
+        # this node is failing: a stop signal now would only cut its cleanup short (its exit says why)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        why = f"on {place.me}: {err}" if isinstance(err, Stopped) else str(err)
+        place.fanout.abort(why)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         if place.up is not None:
-            send_failure(place.up, str(err))
+            send_failure(place.up, why)
         raise
     finally:
         place.close()
@@ -258,6 +293,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not 0 <= index < len(hosts):
             raise StageError(f"node index {index} is not in the hostfile's {len(hosts)} hosts")
         host = hosts[index]
+        _stop_on_signals()
         token = read_regular(a.token_file, limit=4096).strip()  # a FIFO there is refused, never waited on
         if len(token) < 16:
             raise StageError(f"{a.token_file} holds no token")
@@ -277,6 +313,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             announce_dir=a.announce,
             net_if=a.net_if,
         )
+    except Stopped as err:  # not this node's failure: the launcher's word that the step is over
+        print(
+            f"[hpc-launch] stage: {host} {err} (the launcher ended the step); no partial copy left",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 128 + err.signum
     except (StageError, OSError) as err:
         where = "" if str(err).startswith("on ") else f"on {host}: "
         fix = f" ({a.fix})" if a.fix else ""

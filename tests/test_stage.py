@@ -5,6 +5,7 @@ on the same port as real nodes do; each writes its own {host} destination."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -475,4 +476,30 @@ def test_a_frame_announced_bigger_than_a_chunk_is_refused_before_it_is_read(tmp_
     fake_parent.close()
     assert child.returncode == 3 and b"announced a frame of 4294967280 bytes" in err, err
     assert time.monotonic() - t0 < 5
+    assert not list(tmp_path.glob("l1*"))
+
+
+def test_a_node_stopped_by_its_launcher_mid_copy_leaves_no_partial_copy(tmp_path, src):
+    """srun --kill-on-bad-exit (and mpirun, mpiexec) end every other node with SIGTERM once one
+    fails: a node that was mid-copy removes its DEST.partial-PID before it exits (it used to die on
+    the spot and leave it) and says it was stopped, not that it failed."""
+    hosts, hostfile, token = _tree(tmp_path, 2)
+    port = _free_port()
+    fake_parent = socket.create_server(("127.0.0.1", port))
+    argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
+    argv += ["--port", str(port), "--token-file", str(token), "--timeout", "20", "--idle", "20"]
+    child = subprocess.Popen(argv + ["--dest", str(tmp_path / "l1"), "--index", "1"], cwd=ROOT, stderr=subprocess.PIPE)
+    conn, _ = fake_parent.accept()
+    conn.recv(64)  # its hello
+    conn.sendall(stage.LEN.pack(5) + b"12345")  # a first chunk: the copy is under way
+    deadline = time.monotonic() + 20
+    while not list(tmp_path.glob("l1.partial-*")):
+        assert time.monotonic() < deadline and child.poll() is None
+        time.sleep(0.02)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=20)
+    conn.close()
+    fake_parent.close()
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert b"127.0.0.2 stopped by SIGTERM" in err and b"stage: error" not in err, err
     assert not list(tmp_path.glob("l1*"))
