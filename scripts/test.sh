@@ -57,12 +57,6 @@ else
   # tests. (The unit and training tests were one lane: at 1100 s it was nearly as long as the pods'
   # lane while the `beside` one sat idle after 300 s. pytest-xdist's --dist loadgroup would do this
   # in one run, but 3.8 under pytest 9 ignores the groups.)
-  # The pods' lane is the long pole and mostly waits on the schedulers' timers; when it does compute
-  # (ranks importing torch), it must not wait behind the other lanes, or it ends last by minutes
-  # with the machine half idle. The unit and training lanes run niced: they fill the cores the pods'
-  # lane leaves (measured: two cores ~95 % busy while all three ran, ~45 % for the pods' lane's last
-  # 370 s alone), and so end later and the suite sooner.
-  quiet=(nice -n 10)
   beside_log=$(mktemp)
   unit_log=$(mktemp)
   train_log=$(mktemp)
@@ -71,10 +65,10 @@ else
   {
     "${pytest[@]}" -m "scheduler and beside" "$durations" >"$beside_log" 2>&1
     echo $? >"$beside_rc"
-    "${quiet[@]}" "${pytest[@]}" -m "not scheduler and not train" "$durations" >"$unit_log" 2>&1
+    "${pytest[@]}" -m "not scheduler and not train" "$durations" >"$unit_log" 2>&1
   } &
   beside_then_unit=$!
-  "${quiet[@]}" "${pytest[@]}" -m "train and not scheduler" "$durations" >"$train_log" 2>&1 &
+  "${pytest[@]}" -m "train and not scheduler" "$durations" >"$train_log" 2>&1 &
   train=$!
   "${pytest[@]}" -m "scheduler and not beside" "$durations"
   rc=$?
