@@ -4,7 +4,11 @@
 
 TB_DIR=${HPC_TESTBED_DIR:-/tmp/hpc-testbed}          # runtime state: keys, configs, logs, pid files
 TB_OPT=${HPC_TESTBED_OPT:-/opt/hpc-testbed}          # install-time files: PBS wrapper copy, SGE bin dir
-TB_PODS=${HPC_TESTBED_PODS:-3}                       # number of network-namespace pods
+TB_PODS=${HPC_TESTBED_PODS:-3}                       # number of network-namespace pods the tests' jobs use
+# Pods after those (pod4.. by default), in a partition of their own (`side`): a second lane of
+# waiting-bound tests (chains, walltime deadlines) runs there beside the pods' lane, never on its nodes.
+TB_SIDE_PODS=${HPC_TESTBED_SIDE_PODS:-2}
+TB_ALL_PODS=$((TB_PODS + TB_SIDE_PODS))
 TB_ACCT=${HPC_TESTBED_ACCT:-1}                       # 1: MariaDB + slurmdbd so `sacct` works
 TB_SGE=${HPC_TESTBED_SGE:-1}                         # 1: start Grid Engine qmaster + execd
 TB_LOGIN_PORT=${HPC_TESTBED_LOGIN_PORT:-2222}        # sshd "login host": qsub = Slurm's PBS wrapper

@@ -5,7 +5,9 @@
 #   munged                       root namespace
 #   pod1..podN                   network namespaces on bridge br-hpctb (10.200.0.1 = host side, podI = 10.200.0.(10+I)),
 #                                each with its own UTS hostname, a "pause" process holding the namespaces, an sshd
-#                                on :22 and a slurmd (NodeName=podI)
+#                                on :22 and a slurmd (NodeName=podI); pods 1..HPC_TESTBED_PODS (3) are the tests'
+#                                partitions' (debug, short, preempt, urgent), the HPC_TESTBED_SIDE_PODS (2) after
+#                                them partition `side` alone
 #   slurmctld (+ slurmdbd/MariaDB when HPC_TESTBED_ACCT=1)   root namespace, listening on 10.200.0.1:6817
 #   sge_qmaster + sge_execd      root namespace, exec host = $(hostname), queue all.q, PEs smp/mpi
 #   login sshd                   127.0.0.1:2222 (qsub = Slurm PBS wrapper) and :2223 (qsub = Grid Engine)
@@ -26,7 +28,7 @@ mkdir -p "$TB_DIR/ssh" "$TB_LOG" "$TB_RUN" "$TB_DIR/nodefiles" "$TB_DIR/work" /r
 chmod 0755 "$TB_DIR"
 chmod 1777 "$TB_DIR/work" "$TB_DIR/nodefiles"
 pods=()
-for i in $(seq 1 "$TB_PODS"); do pods+=("pod$i"); done
+for i in $(seq 1 "$TB_ALL_PODS"); do pods+=("pod$i"); done
 
 # ----------------------------------------------------------------------------------------------------------------
 # munge
@@ -101,7 +103,7 @@ write_client_config() {
   {
     echo "[127.0.0.1]:$TB_LOGIN_PORT,[localhost]:$TB_LOGIN_PORT $(cut -d' ' -f1,2 "$TB_DIR/ssh/login/ssh_host_ed25519_key.pub")"
     echo "[127.0.0.1]:$TB_LOGIN_SGE_PORT,[localhost]:$TB_LOGIN_SGE_PORT $(cut -d' ' -f1,2 "$TB_DIR/ssh/login/ssh_host_ed25519_key.pub")"
-    for i in $(seq 1 "$TB_PODS"); do
+    for i in $(seq 1 "$TB_ALL_PODS"); do
       h=pod$i; ip=$(tb_pod_ip "$i")
       echo "$h,$ip $(cut -d' ' -f1,2 "$TB_DIR/ssh/$h/ssh_host_ed25519_key.pub")"
     done
@@ -111,7 +113,7 @@ write_client_config() {
     echo "# hpc-login: qsub/qstat/qdel = Slurm's PBS wrappers; hpc-login-sge: qsub/qstat/qdel/qacct = Grid Engine."
     printf 'Host hpc-login\n  HostName 127.0.0.1\n  Port %s\n%s\n\n' "$TB_LOGIN_PORT" "$common"
     printf 'Host hpc-login-sge\n  HostName 127.0.0.1\n  Port %s\n%s\n\n' "$TB_LOGIN_SGE_PORT" "$common"
-    for i in $(seq 1 "$TB_PODS"); do
+    for i in $(seq 1 "$TB_ALL_PODS"); do
       printf 'Host pod%s\n  HostName %s\n  Port 22\n%s\n\n' "$i" "$(tb_pod_ip "$i")" "$common"
     done
   } > "$cfg"
@@ -139,7 +141,7 @@ start_pods() {
   ip addr replace "$TB_BRIDGE_IP/24" dev "$TB_BRIDGE"
   ip link set "$TB_BRIDGE" up
   local i p ip pd
-  for i in $(seq 1 "$TB_PODS"); do
+  for i in $(seq 1 "$TB_ALL_PODS"); do
     p=pod$i; ip=$(tb_pod_ip "$i"); pd=$TB_DIR/ssh/$p
     if tb_alive "$TB_RUN/$p.pause.pid" && ip netns list | grep -w "^$p" >/dev/null; then
       :
@@ -196,8 +198,12 @@ PROFILE
 # Slurm (+ accounting)
 # ----------------------------------------------------------------------------------------------------------------
 write_slurm_conf() {
-  local acct nodes i new=$SLURM_CONF_FILE.new
+  local acct nodes side i new=$SLURM_CONF_FILE.new
   nodes="pod[1-$TB_PODS]"
+  side="# no side pods"
+  if [ "$TB_SIDE_PODS" -gt 0 ]; then
+    side="PartitionName=side Nodes=pod[$((TB_PODS + 1))-$TB_ALL_PODS] Default=NO MaxTime=INFINITE State=UP PreemptMode=OFF"
+  fi
   if [ "$TB_ACCT" = 1 ]; then
     acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -255,7 +261,7 @@ EnforcePartLimits=ALL
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 CONF
-  for i in $(seq 1 "$TB_PODS"); do
+  for i in $(seq 1 "$TB_ALL_PODS"); do
     echo "NodeName=pod$i NodeAddr=$(tb_pod_ip "$i") CPUs=2 RealMemory=2000 State=UNKNOWN"
   done >> "$new"
   cat >> "$new" <<CONF
@@ -263,6 +269,7 @@ PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP PreemptMo
 PartitionName=short Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP PreemptMode=OFF
 PartitionName=preempt Nodes=$nodes Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=20
 PartitionName=urgent Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP PriorityTier=2 PreemptMode=OFF
+$side
 CONF
   if cmp -s "$new" "$SLURM_CONF_FILE"; then rm -f "$new"; SLURM_CONF_CHANGED=0
   else mv "$new" "$SLURM_CONF_FILE"; SLURM_CONF_CHANGED=1; fi
@@ -321,8 +328,8 @@ start_slurm() {
 
 slurm_nodes_idle() {
   local n
-  n=$(sinfo -h -N -p debug -t idle,mixed,allocated -o '%N' 2>/dev/null | sort -u | wc -l)
-  [ "$n" -ge "$TB_PODS" ]
+  n=$(sinfo -h -N -t idle,mixed,allocated -o '%N' 2>/dev/null | sort -u | wc -l)
+  [ "$n" -ge "$TB_ALL_PODS" ]
 }
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -452,7 +459,7 @@ step start_slurm
 step configure_sge
 
 wait_ready() {
-tb_wait "$TB_WAIT" "sinfo: $TB_PODS pod nodes idle" slurm_nodes_idle || {
+tb_wait "$TB_WAIT" "sinfo: $TB_ALL_PODS pod nodes idle" slurm_nodes_idle || {
   sinfo -N >&2 || true
   logs=(/var/log/slurm/slurmctld.log)
   for p in "${pods[@]}"; do logs+=("/var/log/slurm/slurmd-$p.log"); done
@@ -472,7 +479,8 @@ tb_wait "$TB_WAIT" "login sshd" ssh -F "$TB_SSH_CONFIG" hpc-login true || tb_die
 }
 step wait_ready
 
-echo "${pods[*]}" > "$TB_DIR/pods"
+echo "${pods[*]:0:$TB_PODS}" > "$TB_DIR/pods"
+echo "${pods[*]:$TB_PODS}" > "$TB_DIR/side-pods"
 t1=$(date +%s.%N)
 tb_say "testbed up in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s: pods ${pods[*]}, slurm$([ "$TB_ACCT" = 1 ] && echo '+sacct')$([ "$TB_SGE" = 1 ] && echo ", gridengine@$HOST")"
 tb_say "step timings:$timings"

@@ -12,6 +12,11 @@ from inproc import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = Path(__file__).parent / "profiles"
+# The testbed's side pods (testbed/up.sh: the pods after pod3, Slurm partition `side` alone). A test
+# marked `side` runs its jobs there (tb-slurm, these arguments) and names no pod: CI runs those tests
+# in a lane of their own beside the pods' lane. They are the long waits (walltime deadlines, chains),
+# which need no CPU but held the pods' one-at-a-time lane for minutes.
+SIDE_QUEUE = ("--queue", "side")
 
 
 def _testbed_env() -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 
 pytestmark = [pytest.mark.scheduler, pytest.mark.chain]
 
@@ -42,6 +42,7 @@ def _unbroken(cli, cluster, workdir):
         "2",
         "--name",
         "whole",
+        *SIDE_QUEUE,
         "--walltime",
         "10m",
         "--follow",
@@ -68,6 +69,7 @@ def _unbroken(cli, cluster, workdir):
 # On Slurm only: what a link does at its walltime is the job script's and the trainer's, the same
 # under every scheduler; the PBS chain (its depend flags, links through the qsub wrapper, each
 # running the submitted code) is the capsule test below, which costs 3 s instead of 130.
+@pytest.mark.side
 @pytest.mark.parametrize("cluster, path_first", [("tb-slurm", None)])
 def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(
     hpc_launch_bin, testbed, shared_workdir, cluster, path_first
@@ -84,6 +86,7 @@ def test_a_chain_resumes_each_link_where_the_walltime_stopped_the_last(
         "2",
         "--name",
         "links",
+        *SIDE_QUEUE,
         "--walltime",
         f"{WALLTIME_S}s",
         "--stop-before",

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 from hf_t5_script import SCRIPT
 
-pytestmark = [pytest.mark.scheduler, pytest.mark.chain, pytest.mark.train]
+pytestmark = [pytest.mark.scheduler, pytest.mark.chain, pytest.mark.train, pytest.mark.side]
 
 # link 1 ends at its deadline, 60 s after it starts (walltime 120 s less --stop-before 60 s): 100 steps
 # of at least 0.6 s each (the pause) outlast it whatever its start-up, and link 2, given the same 60 s,
@@ -51,7 +51,7 @@ def test_the_hf_trainer_stops_at_link_ones_deadline_and_link_two_resumes_its_glo
     t0 = time.monotonic()
     r = cli(
         "submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "t5", "--walltime", "120s",
-        "--stop-before", "60s", "--chain", "2", "--script", str(script),
+        "--stop-before", "60s", "--chain", "2", *SIDE_QUEUE, "--script", str(script),
         "--train-args", f"{out} {MAX_STEPS} {PAUSE_S}", check=True,
     )  # fmt: skip
     first = r.stdout.strip().splitlines()[-1]

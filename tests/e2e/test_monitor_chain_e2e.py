@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 from monitor_files import tensorboard_scalars, wandb_run
 
-pytestmark = [pytest.mark.scheduler, pytest.mark.chain]
+pytestmark = [pytest.mark.scheduler, pytest.mark.chain, pytest.mark.side]
 
 # digits, micro-batch 16 on one rank: 16 samples a step. The deadline (walltime less --stop-before)
 # falls 2 s after each link starts, before its first step: every link stops at its first logged
@@ -37,6 +37,7 @@ def test_a_chain_of_three_logs_one_tensorboard_axis_and_one_wandb_run(hpc_launch
         "1",
         "--name",
         "mon",
+        *SIDE_QUEUE,
         "--walltime",
         "60s",
         "--stop-before",

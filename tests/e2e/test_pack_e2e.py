@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 
-pytestmark = [pytest.mark.scheduler, pytest.mark.sweep]
+pytestmark = [pytest.mark.scheduler, pytest.mark.sweep, pytest.mark.side]
 
 TRAIN = "--model smallcnn --data digits --steps 4 --log-every 2 --no-eval"
 SAME = ("configuration", "nodes", "ranks", "steps", "final_loss", "state", "exit_code")
@@ -23,7 +23,18 @@ SAME = ("configuration", "nodes", "ranks", "steps", "final_loss", "state", "exit
 
 def test_a_packed_sweep_on_slurm_is_one_job_with_the_rows_of_the_array(hpc_launch_bin, testbed, shared_workdir: Path):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
-    common = ("sweep", "--cluster", "tb-slurm", "--zero", "1,2", "--micro-batch", "4,8", "--train-args", TRAIN)
+    common = (
+        "sweep",
+        "--cluster",
+        "tb-slurm",
+        *SIDE_QUEUE,
+        "--zero",
+        "1,2",
+        "--micro-batch",
+        "4,8",
+        "--train-args",
+        TRAIN,
+    )
     packed = cli(*common, "--pack", "--walltime", "10m", "--name", "pk", "--out", "packed", timeout=900)
     assert packed.returncode == 0, packed.stderr[-4000:]
     array = cli(*common, "--walltime", "5m", "--name", "ar", "--out", "array", timeout=900)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 
-pytestmark = [pytest.mark.scheduler, pytest.mark.sweep]
+pytestmark = [pytest.mark.scheduler, pytest.mark.sweep, pytest.mark.side]
 
 STEPS = 6
 TRAIN = (
@@ -57,6 +57,7 @@ def test_a_zero_sweep_on_slurm_is_one_array_and_its_report_matches_the_logs(
         "sweep",
         "--cluster",
         "tb-slurm",
+        *SIDE_QUEUE,
         "--grid",
         "grid.yaml",
         "--walltime",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 from test_preflight_e2e import GATE_OK, fabric  # noqa: F401 - the fixture, used by name
 from e2e_support import wait_for
 from test_user_script_e2e import PLAIN_ENV_SCRIPT, _ended, _submit
@@ -108,12 +108,13 @@ def _losses(text: str) -> dict:
     return {int(s): float(v) for s, v in re.findall(r"^chain-script step (\d+) loss ([\d.]+)$", text, re.M)}
 
 
+@pytest.mark.side
 def test_a_users_deepspeed_loop_cut_in_link_one_resumes_in_link_two(hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     script = shared_workdir / "chain_loop.py"
     script.write_text(CHAIN_SCRIPT)
     r = cli(
-        "submit", "--cluster", "tb-slurm", "--nodes", "2", "--name", "chainmine", "--walltime", "10m",
+        "submit", "--cluster", "tb-slurm", *SIDE_QUEUE, "--nodes", "2", "--name", "chainmine", "--walltime", "10m",
         "--chain", "2", "--script", str(script), "--train-args", "60", check=True,
     )  # fmt: skip
     first = r.stdout.strip().splitlines()[-1]
