@@ -53,7 +53,7 @@ else
   # Four lanes side by side: the tests that use the testbed's pods, one at a time (there are 3;
   # two 2-node jobs together queue behind each other, and the fault injections take a pod or a
   # daemon away); the tests whose jobs run on the side pods (`side`: pod4 and pod5, a partition of
-  # their own; the chains and walltime deadlines, which mostly wait), one at a time; the testbed
+  # their own; the chains, walltime deadlines and preemption, which mostly wait), one at a time; the testbed
   # tests that use no pod (`beside`: the local cluster, Grid Engine on this machine, the login
   # sshd), one at a time, and after them the unit tests; and the training tests. (The unit and
   # training tests were one lane: at 1100 s it was nearly as long as the pods' lane while the

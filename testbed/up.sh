@@ -198,11 +198,13 @@ PROFILE
 # Slurm (+ accounting)
 # ----------------------------------------------------------------------------------------------------------------
 write_slurm_conf() {
-  local acct nodes side i new=$SLURM_CONF_FILE.new
+  local acct nodes side_nodes side i new=$SLURM_CONF_FILE.new
   nodes="pod[1-$TB_PODS]"
-  side="# no side pods"
+  # The side pods: partition `side`, and the preemption pair (whose tests wait out a grace time).
+  side_nodes=$nodes side="# no side pods"
   if [ "$TB_SIDE_PODS" -gt 0 ]; then
-    side="PartitionName=side Nodes=pod[$((TB_PODS + 1))-$TB_ALL_PODS] Default=NO MaxTime=INFINITE State=UP PreemptMode=OFF"
+    side_nodes="pod[$((TB_PODS + 1))-$TB_ALL_PODS]"
+    side="PartitionName=side Nodes=$side_nodes Default=NO MaxTime=INFINITE State=UP PreemptMode=OFF"
   fi
   if [ "$TB_ACCT" = 1 ]; then
     acct="AccountingStorageType=accounting_storage/slurmdbd
@@ -256,8 +258,8 @@ Waittime=0
 EnforcePartLimits=ALL
 # Preemption by partition: a job of urgent (PriorityTier 2) that needs the nodes of a job of
 # preempt requeues it (slurm.conf(5) PreemptType, PreemptMode=REQUEUE). Its tasks get SIGTERM at
-# once and the job is requeued when it ends, or at the latest GraceTime (20 s) later; debug and
-# short are never preempted (PreemptMode=OFF).
+# once and the job is requeued when it ends, or at the latest GraceTime (20 s) later; debug,
+# short and side are never preempted (PreemptMode=OFF). preempt and urgent hold the side pods.
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 CONF
@@ -267,8 +269,8 @@ CONF
   cat >> "$new" <<CONF
 PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
 PartitionName=short Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP PreemptMode=OFF
-PartitionName=preempt Nodes=$nodes Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=20
-PartitionName=urgent Nodes=$nodes Default=NO MaxTime=00:05:00 State=UP PriorityTier=2 PreemptMode=OFF
+PartitionName=preempt Nodes=$side_nodes Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=20
+PartitionName=urgent Nodes=$side_nodes Default=NO MaxTime=00:05:00 State=UP PriorityTier=2 PreemptMode=OFF
 $side
 CONF
   if cmp -s "$new" "$SLURM_CONF_FILE"; then rm -f "$new"; SLURM_CONF_CHANGED=0

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -86,3 +88,28 @@ def test_a_zombie_left_in_the_session_does_not_hold_up_the_jobs_end(tmp_path, la
     log = (tmp_path / f"train.o{job_id}").read_text()
     assert "left a zombie" in log, log[-2000:]
     assert "still running as it ends" not in log, log[-2000:]
+
+
+def test_the_walltime_timer_just_killed_is_not_a_process_left_running(tmp_path):
+    """As the script exits it sends the walltime timer SIGKILL, then looks for what its session
+    left. On a loaded machine the timer can still read as running in that instant (CI saw "ending
+    the 1 process(es) of this job still running" at the end of a job that left nothing): the look
+    leaves the timer out, as it leaves out the script itself. The rendered function, run here in a
+    session of its own beside a live stand-in timer and a live leftover."""
+    env = scheduler_env_cleared()
+    env.update(HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"), HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"))
+    (tmp_path / "rank.py").write_text("pass\n")
+    argv = ["submit", "--cluster", "local", "--script", "rank.py", "--gpus-per-node", "1", "--dry-run"]
+    r = run_cli(argv, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    func = re.search(r"^hpc_launch_session\(\) \{.*?^\}$", r.stdout, re.M | re.S)
+    assert func, r.stdout[:3000]
+    probe = func.group(0) + (
+        "\nsleep 30 & HPC_LAUNCH_WALLTIME_PID=$!\nsleep 30 & left=$!\nhpc_launch_session\n"
+        'echo "timer=$HPC_LAUNCH_WALLTIME_PID left=$left found=$hpc_launch_left"\n'
+        'kill "$HPC_LAUNCH_WALLTIME_PID" "$left"\n'
+    )
+    out = subprocess.run(["setsid", "bash", "-c", probe], capture_output=True, text=True, timeout=30).stdout
+    fields = dict(kv.split("=", 1) for kv in out.split(" ", 2)[:2])
+    found = out.split("found=", 1)[1].split()
+    assert found == [fields["left"]], out  # the leftover, not the timer

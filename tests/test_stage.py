@@ -460,15 +460,22 @@ def test_strangers_on_the_port_do_not_keep_the_real_children_out(tmp_path, src):
         assert _tree_of(tmp_path / f"l{i}") == _tree_of(src)
 
 
-def test_a_frame_announced_bigger_than_a_chunk_is_refused_before_it_is_read(tmp_path, src):
-    hosts, hostfile, token = _tree(tmp_path, 2)
+def _node_1_under_a_fake_parent(tmp_path, src, timeout: int):
+    """Node 1 of a 2-node tree, started for real, whose parent is this test's socket: returns the
+    node, the listening socket and the accepted connection, the node's hello already read."""
+    _, hostfile, token = _tree(tmp_path, 2)
     port = _free_port()
     fake_parent = socket.create_server(("127.0.0.1", port))
     argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
-    argv += ["--port", str(port), "--token-file", str(token), "--timeout", "10", "--idle", "10"]
+    argv += ["--port", str(port), "--token-file", str(token), "--timeout", str(timeout), "--idle", str(timeout)]
     child = subprocess.Popen(argv + ["--dest", str(tmp_path / "l1"), "--index", "1"], cwd=ROOT, stderr=subprocess.PIPE)
     conn, _ = fake_parent.accept()
     conn.recv(64)  # its hello
+    return child, fake_parent, conn
+
+
+def test_a_frame_announced_bigger_than_a_chunk_is_refused_before_it_is_read(tmp_path, src):
+    child, fake_parent, conn = _node_1_under_a_fake_parent(tmp_path, src, timeout=10)
     conn.sendall(stage.LEN.pack(0xFFFFFFF0) + b"x" * (1 << 20))  # "4 GB follow", and some
     t0 = time.monotonic()
     _, err = child.communicate(timeout=30)
@@ -483,14 +490,7 @@ def test_a_node_stopped_by_its_launcher_mid_copy_leaves_no_partial_copy(tmp_path
     """srun --kill-on-bad-exit (and mpirun, mpiexec) end every other node with SIGTERM once one
     fails: a node that was mid-copy removes its DEST.partial-PID before it exits (it used to die on
     the spot and leave it) and says it was stopped, not that it failed."""
-    hosts, hostfile, token = _tree(tmp_path, 2)
-    port = _free_port()
-    fake_parent = socket.create_server(("127.0.0.1", port))
-    argv = [sys.executable, "-m", "hpc_launch.stage", "--hostfile", str(hostfile), "--src", str(src)]
-    argv += ["--port", str(port), "--token-file", str(token), "--timeout", "20", "--idle", "20"]
-    child = subprocess.Popen(argv + ["--dest", str(tmp_path / "l1"), "--index", "1"], cwd=ROOT, stderr=subprocess.PIPE)
-    conn, _ = fake_parent.accept()
-    conn.recv(64)  # its hello
+    child, fake_parent, conn = _node_1_under_a_fake_parent(tmp_path, src, timeout=20)
     conn.sendall(stage.LEN.pack(5) + b"12345")  # a first chunk: the copy is under way
     deadline = time.monotonic() + 20
     while not list(tmp_path.glob("l1.partial-*")):

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 from hpc_launch.notify import outbox as notify_outbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_notify import Hook  # noqa: E402
 
-pytestmark = [pytest.mark.scheduler, pytest.mark.chain]
+pytestmark = [pytest.mark.scheduler, pytest.mark.chain, pytest.mark.side]
 
 ENDED = {"done", "failed", "timeout", "cancelled"}
 
@@ -34,8 +34,8 @@ def _chain(cli, workdir: Path, name: str, hook_url: str, *where: str):
     (code / "hello.py").write_text("import socket\nprint('hello from', socket.gethostname(), flush=True)\n")
     cli.env["E2E_HOOK"] = hook_url
     r = cli(
-        "submit", "--cluster", "tb-slurm", "--nodes", "1", "--name", name, "--walltime", "5m", "--chain", "2",
-        "--script", "code/hello.py", "--train-args", "", "--notify", "E2E_HOOK", *where,
+        "submit", "--cluster", "tb-slurm", *SIDE_QUEUE, "--nodes", "1", "--name", name, "--walltime", "5m",
+        "--chain", "2", "--script", "code/hello.py", "--train-args", "", "--notify", "E2E_HOOK", *where,
         # a link's 3 tries at a webhook it cannot reach, without 7 s of pauses per message (28 s a chain)
         "--env", "HPC_LAUNCH_NOTIFY_PAUSES=0.2,0.3", check=True,
     )  # fmt: skip

@@ -17,7 +17,7 @@ import pytest
 
 from e2e_support import make_cli, wait_for
 
-pytestmark = pytest.mark.scheduler
+pytestmark = [pytest.mark.scheduler, pytest.mark.side]  # preempt and urgent hold the side pods
 
 LR, SEED, DATA_SEED = 0.05, 0, 1
 

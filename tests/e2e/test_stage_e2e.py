@@ -20,20 +20,22 @@ from e2e_support import make_cli
 
 pytestmark = pytest.mark.scheduler
 
+# Each probe writes its line in one write (`python -u`: print's text and its newline are two, and
+# mpirun or srun interleaves two ranks' writes: "...mark=...pySTAGE-PROBE rank=1 ...").
 PROBE = """\
 import os, socket, sys
 import torch, deepspeed
 data = open(os.path.join(os.environ["HPC_LAUNCH_STAGED_DATA"], "part-0.txt")).read().strip()
-print(f"STAGE-PROBE rank={os.environ['SLURM_PROCID']} host={socket.gethostname()} prefix={sys.prefix} "
-      f"torch={torch.__file__} deepspeed={deepspeed.__file__} data={data}", flush=True)
+sys.stdout.write(f"STAGE-PROBE rank={os.environ['SLURM_PROCID']} host={socket.gethostname()} prefix={sys.prefix} "
+                 f"torch={torch.__file__} deepspeed={deepspeed.__file__} data={data}\\n")
 """
 
 
 PODS_PROBE = """\
 import os, socket, sys
 import stagedmark, torch
-print(f"STAGE-PROBE rank={os.environ['RANK']} host={socket.gethostname()} prefix={sys.prefix} "
-      f"mark={stagedmark.__file__} torch={torch.__version__}", flush=True)
+sys.stdout.write(f"STAGE-PROBE rank={os.environ['RANK']} host={socket.gethostname()} prefix={sys.prefix} "
+                 f"mark={stagedmark.__file__} torch={torch.__version__}\\n")
 """
 
 
@@ -192,8 +194,9 @@ def test_pods_stage_over_pdsh_and_ranks_run_from_the_copy(
 MPI_PROBE = """\
 import os, socket, sys
 import stagedmark, torch
-print(f"STAGE-PROBE rank={os.environ['OMPI_COMM_WORLD_RANK']} host={socket.gethostname()} prefix={sys.prefix} "
-      f"mark={stagedmark.__file__}", flush=True)
+rank = os.environ["OMPI_COMM_WORLD_RANK"]
+sys.stdout.write(f"STAGE-PROBE rank={rank} host={socket.gethostname()} prefix={sys.prefix} "
+                 f"mark={stagedmark.__file__}\\n")
 """
 
 

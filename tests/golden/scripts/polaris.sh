@@ -31,7 +31,8 @@ rm -f "$HPC_LAUNCH_VERDICT"
 # finds none left) gets TERM, then KILL after 2 s: a rank's child left after the rank failed, a process in a
 # group of its own (out of reach of cancel's signal to the job's group) that ignores SIGTERM. Not the live log's tee.
 hpc_launch_left=""
-hpc_launch_session() {  # the pids of this script's session but its own and the tee's, read from /proc: no fork listed
+hpc_launch_session() {  # the pids of this script's session but its own, the tee's and the timer's (sent
+  # SIGKILL just before: under load it can still read as running for a moment), read from /proc: no fork listed
   local d stat f
   hpc_launch_left=""
   for d in /proc/[0-9]*; do
@@ -40,7 +41,7 @@ hpc_launch_session() {  # the pids of this script's session but its own and the 
     set -- ${stat##*) }
     f=${d#/proc/}
     # a zombie has ended (its parent, or a PID 1 that reaps late, has yet to collect it): signals cannot reach it
-    if [ "${4:-}" = "$$" ] && [ "$1" != Z ] && [ "$1" != X ] && [ "$f" != "$$" ] && [ "$f" != "${HPC_LAUNCH_TEE_PID:-}" ]; then hpc_launch_left+=" $f"; fi
+    if [ "${4:-}" = "$$" ] && [ "$1" != Z ] && [ "$1" != X ] && [ "$f" != "$$" ] && [ "$f" != "${HPC_LAUNCH_TEE_PID:-}" ] && [ "$f" != "${HPC_LAUNCH_WALLTIME_PID:-}" ]; then hpc_launch_left+=" $f"; fi
   done
 }
 hpc_launch_reap() {
