@@ -43,6 +43,6 @@ ip link del "$TB_BRIDGE" 2>/dev/null || true
 tb_kill /var/spool/gridengine/qmaster/qmaster.pid 20   # SIGKILL only as a last resort (BerkeleyDB spool)
 tb_kill /run/munge/munged.pid
 rm -f /run/slurmctld.pid /run/slurmdbd.pid /run/slurmd-*.pid   # stale ones break `apt-get purge slurmctld`
-rm -f "$TB_DIR/pods" "$TB_DIR/side-pods"
+rm -f "$TB_DIR/pods"
 tb_say "testbed down"
 rm -f /etc/profile.d/hpc-testbed-login.sh

@@ -42,14 +42,6 @@ while [ "$_tb_i" -le "$HPC_TESTBED_PODS" ]; do
 done
 unset _tb_i
 export HPC_TESTBED_POD_NAMES HPC_TESTBED_POD_IPS
-# The pods after those, Slurm partition `side` alone (the lane of waiting-bound tests, beside the pods' lane).
-if [ -s "$HPC_TESTBED_DIR/side-pods" ]; then
-  HPC_TESTBED_SIDE_POD_NAMES=$(tr ' ' ',' < "$HPC_TESTBED_DIR/side-pods")
-else
-  HPC_TESTBED_SIDE_POD_NAMES="pod$((HPC_TESTBED_PODS + 1)),pod$((HPC_TESTBED_PODS + 2))"
-fi
-export HPC_TESTBED_SIDE_POD_NAMES
-export HPC_TESTBED_SIDE_PARTITION=side
 export HPC_TESTBED_POD_SUBNET=10.200.0.0/24
 export HPC_TESTBED_BRIDGE_IP=10.200.0.1
 export HPC_TESTBED_POD_IFNAME=eth0                 # GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME inside pods

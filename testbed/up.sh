@@ -482,7 +482,6 @@ tb_wait "$TB_WAIT" "login sshd" ssh -F "$TB_SSH_CONFIG" hpc-login true || tb_die
 step wait_ready
 
 echo "${pods[*]:0:$TB_PODS}" > "$TB_DIR/pods"
-echo "${pods[*]:$TB_PODS}" > "$TB_DIR/side-pods"
 t1=$(date +%s.%N)
 tb_say "testbed up in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s: pods ${pods[*]}, slurm$([ "$TB_ACCT" = 1 ] && echo '+sacct')$([ "$TB_SGE" = 1 ] && echo ", gridengine@$HOST")"
 tb_say "step timings:$timings"
