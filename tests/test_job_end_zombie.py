@@ -113,3 +113,83 @@ def test_the_walltime_timer_just_killed_is_not_a_process_left_running(tmp_path):
     fields = dict(kv.split("=", 1) for kv in out.split(" ", 2)[:2])
     found = out.split("found=", 1)[1].split()
     assert found == [fields["left"]], out  # the leftover, not the timer
+
+
+# `hostname` for the job: the first call (the job's first line, a command with more substitutions
+# after it) announces itself and sleeps, so the cancel's SIGTERM lands inside it
+SLOW_HOSTNAME = """\
+#!/bin/sh
+if [ ! -e "$HPC_TEST_MARK" ]; then : > "$HPC_TEST_MARK"; sleep 30; fi
+echo testhost
+"""
+
+
+def test_a_cancel_that_lands_in_a_command_substitution_is_a_cancel(tmp_path):
+    """bash 5.2 runs the TERM trap in the middle of a command's first command substitution and then
+    fails to parse the trap's action when the same command has another one ("trap: line 2:
+    unexpected EOF while looking for matching `)'", exit 2): a local sweep's job cancelled early
+    read as failed with exit code 2 (CI, twice). The job script has one substitution per command."""
+    env = scheduler_env_cleared()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "hostname").write_text(SLOW_HOSTNAME)
+    (bin_dir / "hostname").chmod(0o755)
+    mark = tmp_path / "in-hostname"
+    env.update(
+        HPC_LAUNCH_STATE_DIR=str(tmp_path / "state"),
+        HPC_LAUNCH_CONFIG_DIR=str(tmp_path / "config"),
+        HPC_TEST_MARK=str(mark),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )
+    (tmp_path / "rank.py").write_text("pass\n")
+    r = run_cli(["submit", "--cluster", "local", "--script", "rank.py", "-g", "1"], env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    deadline = time.monotonic() + 60
+    while not mark.exists():
+        assert time.monotonic() < deadline, (tmp_path / f"train.o{job_id}").read_text()[-2000:]
+        time.sleep(0.05)
+    c = run_cli(["cancel", job_id], env=env, cwd=tmp_path)
+    log = (tmp_path / f"train.o{job_id}").read_text()
+    assert "unexpected EOF" not in log, log[-2000:]
+    assert c.returncode == 0 and f"job {job_id} ended: cancelled" in c.stderr, (c.stderr, log[-2000:])
+
+
+def _substitutions_per_command(line: str) -> list:
+    """How many `$(...)` each simple command of one shell line has at its top level (nested ones
+    run in the substitution's own shell; `$((` is arithmetic; single quotes are literal)."""
+    counts, depth, quote, i = [0], 0, "", 0
+    while i < len(line):
+        c = line[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif depth == 0 and c == "'" and quote != '"':
+            quote = "'"
+        elif c == '"' and depth == 0:
+            quote = "" if quote == '"' else '"'
+        elif line.startswith("$((", i):
+            i += 2
+        elif line.startswith("$(", i):
+            counts[-1] += depth == 0
+            depth += 1
+            i += 1
+        elif c == "(" and depth:
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+        elif depth == 0 and not quote and c in ";|&":
+            counts.append(0)
+        i += 1
+    return counts
+
+
+def test_no_command_of_a_rendered_job_script_has_two_substitutions():
+    """The rule the test above proves for one line, over every golden job script."""
+    golden = Path(__file__).parent / "golden" / "scripts"
+    offending = []
+    for path in sorted(golden.rglob("*.sh")):
+        text = path.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if not line.lstrip().startswith("#") and max(_substitutions_per_command(line)) > 1:
+                offending.append(f"{path.name}: {line.strip()[:120]}")
+    assert offending == [], "\n".join(offending[:10])

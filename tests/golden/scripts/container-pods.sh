@@ -119,7 +119,12 @@ disown "$HPC_LAUNCH_WALLTIME_PID"  # its end (killed as the script exits) is no 
 HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
 export HPC_LAUNCH_BAD_HOSTS
 rm -f "$HPC_LAUNCH_BAD_HOSTS"
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 2 node(s) x 1 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
+# One command substitution per command from here on: bash 5.2 fails to parse the TERM trap's action
+# ("unexpected EOF while looking for matching `)'", exit 2) when the signal lands in the first of two
+# substitutions of one command, and a cancelled job read as failed (tests/test_job_end_zombie.py).
+hpc_launch_host=$(hostname)
+hpc_launch_at=$(date '+%Y-%m-%dT%H:%M:%S%z')
+echo "[hpc-launch] job $JOB_ID on $hpc_launch_host at $hpc_launch_at, 2 node(s) x 1 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 set -u
 
 # --- the capsule: what this start of the job found, beside what was submitted (`hpc-launch show JOB`) ---
@@ -146,7 +151,8 @@ echo "[hpc-launch] hostfile $HOSTFILE:"; cat "$HOSTFILE"
 # --- rendezvous ---
 MASTER_ADDR=$(ip -4 -o addr show dev eth0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}' || true)
 if [ -z "$MASTER_ADDR" ]; then
-  echo "[hpc-launch] error: network interface" eth0 "(profile key net_if) has no IPv4 address on $(hostname); this node has: $(cd /sys/class/net && echo *)" >&2
+  hpc_launch_ifs=$(cd /sys/class/net && echo *)  # one substitution per command (prologue.sh.j2)
+  echo "[hpc-launch] error: network interface" eth0 "(profile key net_if) has no IPv4 address on $HOSTNAME; this node has: $hpc_launch_ifs" >&2
   exit 3
 fi
 # A port per job, so jobs sharing a node do not collide: the first one free on this node (it runs rank 0, which serves

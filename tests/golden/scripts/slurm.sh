@@ -87,7 +87,12 @@ rm -f "$HPC_LAUNCH_STOP"  # an earlier job's request, with the same number, is n
 HPC_LAUNCH_BAD_HOSTS="$HPC_LAUNCH_LOG.badhosts"
 export HPC_LAUNCH_BAD_HOSTS
 rm -f "$HPC_LAUNCH_BAD_HOSTS"
-echo "[hpc-launch] job $JOB_ID on $(hostname) at $(date '+%Y-%m-%dT%H:%M:%S%z'), 4 node(s) x 4 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
+# One command substitution per command from here on: bash 5.2 fails to parse the TERM trap's action
+# ("unexpected EOF while looking for matching `)'", exit 2) when the signal lands in the first of two
+# substitutions of one command, and a cancelled job read as failed (tests/test_job_end_zombie.py).
+hpc_launch_host=$(hostname)
+hpc_launch_at=$(date '+%Y-%m-%dT%H:%M:%S%z')
+echo "[hpc-launch] job $JOB_ID on $hpc_launch_host at $hpc_launch_at, 4 node(s) x 4 rank(s), t=${EPOCHREALTIME:-$(date +%s)}, script $HPC_LAUNCH_SCRIPT"
 hpc_launch_ran_on="$HPC_LAUNCH_LOG.nodes"
 if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
   echo "[hpc-launch] run $((SLURM_RESTART_COUNT + 1)) of job $SLURM_JOB_ID: Slurm requeued it"
