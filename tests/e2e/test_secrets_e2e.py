@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 
 pytestmark = pytest.mark.scheduler
 
@@ -218,12 +218,13 @@ CASES = [
 ]
 
 
-# local and Grid Engine jobs run on this machine, never on a pod: beside the pods' lane in CI
+# local and Grid Engine jobs run on this machine, never on a pod: beside the pods' lane in CI; the
+# others name no pod, so they run on the side pods, in the side lane
 PARAMS = [
     pytest.param(
         *case,
         id=f"{case[0]}-{case[1]}node{'-ssh' if case[3] else ''}",
-        marks=[pytest.mark.beside] if case[0] in ("local", "tb-sge") else [],
+        marks=[pytest.mark.beside] if case[0] in ("local", "tb-sge") else [pytest.mark.side],
     )
     for case in CASES
 ]
@@ -245,6 +246,8 @@ def test_another_user_never_sees_a_passed_secret(
     probe.write_text(PROBE)
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[path_key] if path_key else None)
     where = ["--login", testbed[login_key], "--workdir", str(shared_workdir)] if login_key else []
+    if cluster not in ("local", "tb-sge"):
+        where += SIDE_QUEUE
 
     watcher = Watcher(needles, canary, name, [str(shared_workdir)], views(cluster))
     try:

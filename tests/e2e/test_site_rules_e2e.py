@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 
 import pytest
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 
 from hpc_launch.site import profiles
 
-pytestmark = pytest.mark.scheduler
+pytestmark = [pytest.mark.scheduler, pytest.mark.side]
 
 
 def _profile(tmp_path: Path, name: str, unset) -> Path:
@@ -41,14 +41,18 @@ def test_miyabi_launch_line_runs_with_nv_hpcx_env_list_set(hpc_launch_bin, testb
 
     # control: without the unset, Debian's Open MPI aborts before any rank starts
     bad = _profile(tmp_path, "tb-envlist-kept", [])
-    job_id = cli.submit("--profile", str(bad), "--cluster", "tb-envlist-kept", "--nodes", "2", "--name", "kept")
+    job_id = cli.submit(
+        "--profile", str(bad), "--cluster", "tb-envlist-kept", "--nodes", "2", "--name", "kept", *SIDE_QUEUE
+    )
     r = cli("logs", "-f", job_id, timeout=300)
     assert r.returncode != 0, r.stdout[-2000:]
     assert "mixing these two methods" in r.stdout, r.stdout[-3000:]
 
     # Miyabi's unset_env: the same launch line trains across both pods
     good = _profile(tmp_path, "tb-envlist-unset", unset)
-    job_id = cli.submit("--profile", str(good), "--cluster", "tb-envlist-unset", "--nodes", "2", "--name", "unset")
+    job_id = cli.submit(
+        "--profile", str(good), "--cluster", "tb-envlist-unset", "--nodes", "2", "--name", "unset", *SIDE_QUEUE
+    )
     r = cli("logs", "-f", job_id, timeout=400)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-2000:])
     assert re.search(r"\[hpc-train\] step=4 .*world_size=2", r.stdout), r.stdout[-3000:]

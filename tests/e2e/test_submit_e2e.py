@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import CLI, make_cli
+from e2e_support import CLI, SIDE_QUEUE, make_cli
 
 pytestmark = pytest.mark.scheduler
 
@@ -202,19 +202,19 @@ def test_cancel_running_job(cluster, bin_key, hpc_launch_bin, testbed, shared_wo
 # ---- over SSH to a login host -----------------------------------------------------------------
 
 
+@pytest.mark.side
 def test_ssh_login_submit_follow_cancel(hpc_launch_bin, testbed, shared_workdir):
     # no scheduler on this side's PATH: everything must happen on the login host
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir)
     login = testbed["HPC_TESTBED_LOGIN_HOST"]
-    job_id = cli.submit("--cluster", "tb-pbs", "--nodes", "2", "--login", login, "--workdir", str(shared_workdir))
+    where = ("--login", login, "--workdir", str(shared_workdir), *SIDE_QUEUE)
+    job_id = cli.submit("--cluster", "tb-pbs", "--nodes", "2", *where)
     r = cli("list")
     assert job_id in r.stdout and login in r.stdout
     _follow(cli, job_id)
     _check_done(cli, job_id, shared_workdir)
     # cancel over ssh too
-    long_id = cli.submit(
-        "--cluster", "tb-pbs", "--nodes", "1", "--login", login, "--workdir", str(shared_workdir), *LONG
-    )
+    long_id = cli.submit("--cluster", "tb-pbs", "--nodes", "1", *where, *LONG)
     cli.wait_log(shared_workdir / f"train.o{long_id}", "[hpc-train] step=2", timeout=300)
     assert cli("cancel", long_id).returncode == 0
     assert cli.wait_state(long_id, {"cancelled"}, timeout=60) == "cancelled"
@@ -262,9 +262,10 @@ def test_ssh_host_key_mismatch_is_refused_and_nothing_submitted(hpc_launch_bin, 
         ("tb-slurm-torchrun", "srun + torchrun per node, static rendezvous"),
     ],
 )
+@pytest.mark.side
 def test_launch_route_trains_across_two_pods(cluster, route, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
-    job_id = cli.submit("--cluster", cluster, "--nodes", "2")
+    job_id = cli.submit("--cluster", cluster, "--nodes", "2", *SIDE_QUEUE)
     _follow(cli, job_id)
     _check_done(cli, job_id, shared_workdir)
 

@@ -1,11 +1,15 @@
-"""Helpers for the `train` tests: run the real `deepspeed` launcher (2 CPU ranks over gloo).
+"""Helpers for the `train` tests: run DeepSpeed's real launcher (2 CPU ranks over gloo) as the
+`local` cluster's job script starts it.
 
 Imported as a plain module (`from ds_launch import ...`): tests/ is not a package.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +20,6 @@ from pathlib import Path
 from hpc_launch.metrics_line import parse_line
 
 REPO = Path(__file__).resolve().parents[2]
-DEEPSPEED = Path(sys.executable).with_name("deepspeed")
 # The smallest run that still shows learning: ~20k-param CNN on scikit-learn's digits.
 SMALL = ["--model", "smallcnn", "--data", "digits"]
 
@@ -55,7 +58,8 @@ class Run:
 
 def parse_run(rc: int, out: str, cmd=()) -> Run:
     cmd = list(cmd)
-    run = Run(rc, out, cmd[cmd.index("--master_port") + 1] if "--master_port" in cmd else "")
+    port = next((m.group(1) for a in cmd if (m := re.fullmatch(r"--master_port=(\d+)", a))), "")
+    run = Run(rc, out, port)
     for line in out.splitlines():
         parsed = parse_line(line) if "[hpc-train]" in line else None
         if parsed:  # metric lines only (not "[hpc-train] starting DeepSpeed ...")
@@ -65,13 +69,22 @@ def parse_run(rc: int, out: str, cmd=()) -> Run:
     return run
 
 
+def launcher_cmd(target, nprocs=2):
+    """The `local` cluster's launch line (templates: `python -u -m hpc_launch.ds_launcher ...`):
+    DeepSpeed's single-node launcher with the world given, as its `deepspeed` runner would hand it
+    over. The runner in front of it (the tests ran `deepspeed --num_gpus N` once) is one more
+    interpreter importing torch and DeepSpeed, ~1.7 CPU-s for every run, that no job runs."""
+    world = base64.b64encode(json.dumps({"localhost": list(range(nprocs))}).encode()).decode()
+    head = [sys.executable, "-u", "-m", "hpc_launch.ds_launcher", f"--world_info={world}"]
+    return [*head, "--master_addr=127.0.0.1", f"--master_port={free_port()}", *target]
+
+
 def deepspeed_cmd(args, nprocs=2):
-    port = str(free_port())
-    return [str(DEEPSPEED), "--num_gpus", str(nprocs), "--master_port", port, "--module", "hpc_launch.train", *args]
+    return launcher_cmd(["--module", "hpc_launch.train", *args], nprocs)
 
 
 def launch(args, cwd, nprocs=2, timeout=300, extra_env=None) -> Run:
-    """`deepspeed --num_gpus N --module hpc_launch.train ARGS`, as the `local` cluster runs it."""
+    """`hpc_launch.train ARGS` on N ranks, as the `local` cluster runs it."""
     cmd = deepspeed_cmd(args, nprocs)
     proc = subprocess.run(
         cmd,

@@ -3,14 +3,12 @@ ranks print reaches the log, a failing rank's code is the job's, and success is 
 
 from __future__ import annotations
 
-import base64
 import subprocess
-import sys
 import time
 
 import pytest
 
-from ds_launch import child_env, free_port
+from ds_launch import child_env, launcher_cmd
 
 pytestmark = pytest.mark.train
 
@@ -18,9 +16,7 @@ pytestmark = pytest.mark.train
 def _launch(tmp_path, body: str):
     rank = tmp_path / "rank.py"
     rank.write_text(body)
-    world = base64.b64encode(b'{"localhost": [0, 1]}').decode()
-    argv = [sys.executable, "-u", "-m", "hpc_launch.ds_launcher", f"--world_info={world}"]
-    argv += ["--master_addr=127.0.0.1", f"--master_port={free_port()}", str(rank)]
+    argv = launcher_cmd([str(rank)])
     return subprocess.run(argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
 
 
