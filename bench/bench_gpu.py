@@ -131,7 +131,7 @@ def ddp_worker(argv) -> None:
     import torch.nn.functional as F
 
     from hpc_launch.metrics_line import format_step_line
-    from hpc_launch.train.data import train_loader
+    from hpc_launch.train.data import TrainBatches
     from hpc_launch.train.metrics import StepMeter
 
     local = int(os.environ["LOCAL_RANK"])
@@ -151,7 +151,7 @@ def ddp_worker(argv) -> None:
     layout = torch.channels_last if a.channels_last else torch.preserve_format
     meter = StepMeter(a.micro_batch * world)
     step = 0
-    for batch in train_loader(data, a.micro_batch, rank, world, a.seed, 0, 0, a.num_workers):
+    for batch in TrainBatches(data, a.micro_batch, rank, world, a.seed, a.num_workers).epoch(0):
         if step >= a.steps:
             break
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):

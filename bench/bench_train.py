@@ -146,7 +146,7 @@ def ddp_worker(argv) -> None:
     from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT  # the max norm the entrypoint clips to
 
     from hpc_launch.metrics_line import format_step_line
-    from hpc_launch.train.data import build_data, micro_batches_per_epoch, train_loader
+    from hpc_launch.train.data import build_data, micro_batches_per_epoch, TrainBatches
     from hpc_launch.train.metrics import StepMeter
     from hpc_launch.train.models import build_model
 
@@ -164,7 +164,7 @@ def ddp_worker(argv) -> None:
     meter = StepMeter(a.micro_batch * world)
     step = 0
     while step < a.steps:
-        for images, labels in train_loader(data.train, a.micro_batch, rank, world, a.seed, step // per_epoch, 0, 0):
+        for images, labels in TrainBatches(data.train, a.micro_batch, rank, world, a.seed, 0).epoch(step // per_epoch):
             if step >= a.steps:
                 break
             loss = F.cross_entropy(model(images.to(memory_format=layout)), labels)
@@ -253,7 +253,7 @@ def phases_worker(blocks: int, ddp_same: bool) -> None:
     import deepspeed
 
     from hpc_launch.train import dist as train_dist
-    from hpc_launch.train.data import build_data, train_loader
+    from hpc_launch.train.data import TrainBatches, build_data
     from hpc_launch.train.ds_config import build_config, fused_adamw_available, own_clipping, resolve_batch
     from hpc_launch.train.models import build_model
 
@@ -276,7 +276,7 @@ def phases_worker(blocks: int, ddp_same: bool) -> None:
     torch.manual_seed(0)
     ddp = torch.nn.parallel.DistributedDataParallel(build_model("smallcnn", data.num_classes))
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.01, fused=ddp_same or None)
-    loader = iter(train_loader(data.train, 64, info.rank, info.world_size, 0, 0, 0, 0))
+    loader = TrainBatches(data.train, 64, info.rank, info.world_size, 0, 0).epoch(0)
     batches = [next(loader) for _ in range(8)]
 
     def entrypoint_step(x, y):

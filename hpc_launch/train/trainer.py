@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from hpc_launch import protocol
 
 from . import checkpoint, dist, engine_start
+from .data import start_workers_server
 from .engine_start import TrainState
 from .metrics import StepMeter, step_line  # standard library only; imported once, not each logged step
 from .run_plan import finished_checkpoint, plan, process_start
@@ -41,6 +42,7 @@ def run(args) -> int:
     info = dist.discover()
     dist.default_threads(info)
     dist.export_env(info)
+    start_workers_server(args.num_workers)
     _say_where_ranks_run(info)
     say = _rank0_printer(info.rank == 0)
     decided = plan(args, info, say)  # everything a user can get wrong, before the process group starts
@@ -77,23 +79,12 @@ def _training_line(state: TrainState) -> str:
     )
 
 
-def _batches(state: TrainState, epoch: int, in_epoch: int):
-    """This rank's micro-batches of `epoch`, from the optimizer step `in_epoch` on."""
-    from .data import train_loader
+def _train_batches(state: TrainState):
+    """This rank's micro-batches for the run (data.TrainBatches), positioned per epoch."""
+    from .data import TrainBatches
 
     args, p = state.args, state.plan
-    return iter(
-        train_loader(
-            p.data.train,
-            p.batch.micro,
-            p.info.rank,
-            p.info.world_size,
-            args.seed,
-            epoch,
-            in_epoch * p.batch.accum,
-            args.num_workers,
-        )
-    )
+    return TrainBatches(p.data.train, p.batch.micro, p.info.rank, p.info.world_size, args.seed, args.num_workers)
 
 
 def _train(state: TrainState) -> Optional[int]:
@@ -110,10 +101,11 @@ def _train(state: TrainState) -> Optional[int]:
     meter = StepMeter(state.plan.batch.global_)
     step = state.step
     last_saved = step
+    loader = _train_batches(state)
     state.started = time.perf_counter()
     while step < args.total_steps:
         epoch, in_epoch = divmod(step, steps_per_epoch)
-        batches = _batches(state, epoch, in_epoch)
+        batches = loader.epoch(epoch, in_epoch * accum)
         for _ in range(in_epoch, steps_per_epoch):
             if step >= args.total_steps:
                 break

@@ -36,6 +36,9 @@ def child_env() -> dict:
         env.pop(name, None)  # each test's launcher decides these
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
+    # a rank that stops advancing ends the run in 90 s with the watchdog's report (stacks
+    # included), not at the helper's 300-s timeout with nothing said (a test of its own sets more)
+    env.setdefault("HPC_LAUNCH_HANG_S", "90")
     # CI points TORCH_EXTENSIONS_DIR at a cache shared by the run; otherwise use one per checkout:
     # checkouts at other paths compile the same JIT ops with other flags into torch's default dir
     # and keep invalidating each other's builds (~40 s each).

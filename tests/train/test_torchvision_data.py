@@ -1,5 +1,7 @@
 """The guarded torchvision import on a CPU-only machine, and real image-folder training with workers."""
 
+import os
+
 import pytest
 
 
@@ -66,3 +68,50 @@ def test_image_folder_trains_with_worker_processes(tmp_path):
     # Red vs blue JPEGs decoded by PIL through the standard augmentations: trivially separable.
     assert run.evals[-1]["samples"] == "8"
     assert float(run.evals[-1]["top1"]) == 1.0
+
+
+class WhoLoads:
+    """Sample i is (i, the pid that loaded it, that process's parent): module level, so the
+    workers' forkserver can import it to unpickle the dataset."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        import torch
+
+        return torch.tensor([i, os.getpid(), os.getppid()])
+
+
+def test_loader_workers_start_once_from_a_forkserver_and_each_epoch_is_the_samplers():
+    # A rank is multi-threaded (gloo, TCPStore, the watchdog); on CPython < 3.11.10 a worker it
+    # forks can inherit the interpreter's thread-list lock held and hang (gh-112275; CI hung on it
+    # at an epoch boundary). Workers forked by a forkserver, once per run, are not exposed.
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    from hpc_launch.train.data import TrainBatches
+
+    batches = TrainBatches(WhoLoads(), micro_batch=2, rank=1, world_size=2, seed=3, num_workers=2)
+    epochs = [torch.cat(list(batches.epoch(0))), torch.cat(list(batches.epoch(1, skip_micro_batches=1)))]
+    workers = {int(pid) for e in epochs for pid in e[:, 1]}
+    parents = {int(ppid) for e in epochs for ppid in e[:, 2]}
+    assert len(workers) == 2 and os.getpid() not in workers  # two workers, serving both epochs
+    assert parents.isdisjoint({os.getpid()})  # forked by the forkserver, not by this process
+    for epoch, skip, got in [(0, 0, epochs[0]), (1, 2, epochs[1])]:
+        order = DistributedSampler(range(16), num_replicas=2, rank=1, shuffle=True, seed=3, drop_last=True)
+        order.set_epoch(epoch)
+        assert got[:, 0].tolist() == list(order)[skip:]
+
+
+def test_a_dataset_the_workers_cannot_receive_is_one_line_naming_the_fix():
+    from hpc_launch.train.data import TrainBatches
+    from hpc_launch.train.errors import TrainError
+
+    class Local(WhoLoads):  # defined in a function: pickle cannot name it
+        pass
+
+    batches = TrainBatches(Local(), micro_batch=2, rank=0, world_size=1, seed=0, num_workers=1)
+    with pytest.raises(TrainError) as err:
+        batches.epoch(0)
+    assert "worker processes" in err.value.one_line() and "--num-workers 0" in err.value.one_line()
