@@ -134,16 +134,17 @@ def ddp_worker(argv) -> None:
     from hpc_launch.train.data import TrainBatches
     from hpc_launch.train.metrics import StepMeter
 
-    local = int(os.environ["LOCAL_RANK"])
+    local, rank, world = (int(os.environ[k]) for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE"))
+    image = a.model == "resnet50"
+    data = _ddp_data(a.model, a.micro_batch, a.synthetic_samples, a.image_size if image else a.seq_len)
+    # the loader as the entrypoint builds it: its workers forked before the process group's threads
+    batches = TrainBatches(data, a.micro_batch, rank, world, a.seed, a.num_workers)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(local)
         torch.backends.cudnn.benchmark = True
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    image = a.model == "resnet50"
-    data = _ddp_data(a.model, a.micro_batch, a.synthetic_samples, a.image_size if image else a.seq_len)
     torch.manual_seed(a.seed)
     raw = _ddp_model(a.model, a.channels_last).to(device)
     model = torch.nn.parallel.DistributedDataParallel(raw, device_ids=[local] if cuda else None)
@@ -151,7 +152,7 @@ def ddp_worker(argv) -> None:
     layout = torch.channels_last if a.channels_last else torch.preserve_format
     meter = StepMeter(a.micro_batch * world)
     step = 0
-    for batch in TrainBatches(data, a.micro_batch, rank, world, a.seed, a.num_workers).epoch(0):
+    for batch in batches.epoch(0):
         if step >= a.steps:
             break
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):

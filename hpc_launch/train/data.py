@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import pickle
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -227,39 +226,17 @@ def micro_batches_per_epoch(dataset_len: int, micro_batch: int, world_size: int)
     return n
 
 
-# Imported by the workers' forkserver before it forks any: each worker starts with torch (and
-# torchvision, through tv_compat) imported instead of importing them itself.
-WORKER_PRELOAD = ["hpc_launch.train.worker_preload"]
-
-
-def _workers_context():
-    import multiprocessing
-
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(WORKER_PRELOAD)
-    return context
-
-
-def start_workers_server(num_workers: int) -> None:
-    """Start the workers' forkserver now (it returns at once), so that it imports torch beside the
-    rank's own start-up and not in front of the first batch."""
-    if num_workers:
-        from multiprocessing import forkserver
-
-        _workers_context()
-        forkserver.ensure_running()
-
-
 class TrainBatches:
     """This rank's training micro-batches for the whole run: one DataLoader, positioned per epoch.
 
-    Its workers start once and serve every epoch (persistent), and they are forked by a
-    forkserver, not by the rank. A rank is multi-threaded (gloo's and TCPStore's threads, the
-    watchdog) and fork() copies whatever lock another thread holds at that instant: on CPython
-    before 3.11.10 a child can inherit the interpreter's thread-list lock held and hang in
-    `PyOS_AfterFork_Child` forever (CPython gh-112275; seen here: a worker forked at an epoch
-    boundary hung once in ~300, and its rank waited for its batch). The forkserver is a fresh
-    single-threaded process (Python 3.14's own default start method)."""
+    Its workers are forked once, here, and serve every epoch (persistent); the trainer builds this
+    before the process group starts, while the rank has no other thread. fork() copies whatever
+    lock another thread holds at that instant, and a rank that trains has many (gloo's loops,
+    TCPStore's, the watchdog): on CPython before 3.11.10 a worker forked then can inherit the
+    interpreter's thread-list lock held and hang in `PyOS_AfterFork_Child` forever (CPython
+    gh-112275; CI hung on it: a worker forked at an epoch boundary, and its rank waited for its
+    batch). Forked early, the workers also share the dataset as the rank built it (nothing is
+    pickled to them, as in a user's own loop) and copy no model or device state."""
 
     def __init__(self, dataset, micro_batch: int, rank: int, world_size: int, seed: int, num_workers: int):
         import torch
@@ -269,8 +246,8 @@ class TrainBatches:
             dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
         )
         self.micro_batch = micro_batch
-        self.sampler = _ResumableSampler(base, 0)
-        self.loader = DataLoader(
+        self.sampler = _ResumableSampler(base, len(base))  # no samples until epoch() positions it
+        self.loader: Any = DataLoader(
             dataset,
             batch_size=micro_batch,
             sampler=self.sampler,
@@ -279,22 +256,19 @@ class TrainBatches:
             pin_memory=torch.cuda.is_available(),
             persistent_workers=num_workers > 0,
             prefetch_factor=4 if num_workers else None,
-            multiprocessing_context=_workers_context() if num_workers else None,
         )
+        if num_workers:
+            iter(self.loader)  # forks the workers now; the DataLoader keeps them (and this first, empty epoch)
 
     def epoch(self, epoch: int, skip_micro_batches: int = 0):
         """An iterator over `epoch`'s micro-batches, `skip_micro_batches` in."""
         self.sampler.base.set_epoch(epoch)
         self.sampler.skip = skip_micro_batches * self.micro_batch
-        try:
-            return iter(self.loader)  # the first call starts the workers: the dataset is pickled to them
-        except (pickle.PicklingError, TypeError, AttributeError) as err:
-            if "pickle" not in str(err):
-                raise
-            raise TrainError(
-                f"the dataset cannot be sent to the DataLoader's worker processes: {err}",
-                hint="make it picklable (module-level classes, no open files or lambdas) or pass --num-workers 0",
-            ) from None
+        return iter(self.loader)
+
+    def close(self) -> None:
+        """End the workers now (the DataLoader joins them as it goes), not when the rank exits."""
+        self.loader = None
 
 
 def eval_shards(length: int, rank: int, world_size: int):

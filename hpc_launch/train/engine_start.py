@@ -41,6 +41,7 @@ class TrainState:
     meta: dict  # what a checkpoint records about the run
     times: StartTimes
     monitors: Any = None  # TensorBoard/W&B on rank 0 (monitor.open_monitors)
+    batches: Any = None  # data.TrainBatches: built before the engine, its workers forked before any thread
     stop: Any = None  # the walltime's stop request (StopRequest)
     step: int = 0
     last_saved: int = 0

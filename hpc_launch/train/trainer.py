@@ -10,10 +10,9 @@ from typing import Callable, Optional
 from hpc_launch import protocol
 
 from . import checkpoint, dist, engine_start
-from .data import start_workers_server
 from .engine_start import TrainState
 from .metrics import StepMeter, step_line  # standard library only; imported once, not each logged step
-from .run_plan import finished_checkpoint, plan, process_start
+from .run_plan import RunPlan, finished_checkpoint, plan, process_start
 from .stop import RESUMABLE_EXIT, StopRequest
 
 
@@ -42,7 +41,6 @@ def run(args) -> int:
     info = dist.discover()
     dist.default_threads(info)
     dist.export_env(info)
-    start_workers_server(args.num_workers)
     _say_where_ranks_run(info)
     say = _rank0_printer(info.rank == 0)
     decided = plan(args, info, say)  # everything a user can get wrong, before the process group starts
@@ -50,12 +48,24 @@ def run(args) -> int:
     if done:  # a later link of a chain whose training has finished: nothing to start
         say(f"training already complete at step {done[1]} (checkpoint {done[0]}): nothing to do")
         return 0
-    state = engine_start.start(args, decided, started_at)
+    batches = _train_batches(args, decided)  # its workers forked now, before any thread (data.TrainBatches)
+    try:
+        state = engine_start.start(args, decided, started_at)
+        state.batches = batches
+        return _run_started(state)
+    finally:
+        batches.close()
+
+
+def _run_started(state: TrainState) -> int:
+    """From the started engine to the end: resume, train, checkpoint, evaluate."""
+    say = state.plan.say
     state.step = engine_start.resume(state)
     state.monitors = engine_start.open_monitors(state)
     state.stop = StopRequest(os.environ.get("HPC_LAUNCH_STOP"), os.environ.get("HPC_LAUNCH_DEADLINE"))
     say(_training_line(state))
     stopped = _train(state)
+    state.batches.close()  # the loader's workers end with the training
     if stopped is not None:
         return stopped
     _finish(state)
@@ -79,12 +89,12 @@ def _training_line(state: TrainState) -> str:
     )
 
 
-def _train_batches(state: TrainState):
+def _train_batches(args, decided: RunPlan):
     """This rank's micro-batches for the run (data.TrainBatches), positioned per epoch."""
     from .data import TrainBatches
 
-    args, p = state.args, state.plan
-    return TrainBatches(p.data.train, p.batch.micro, p.info.rank, p.info.world_size, args.seed, args.num_workers)
+    info, micro = decided.info, decided.batch.micro
+    return TrainBatches(decided.data.train, micro, info.rank, info.world_size, args.seed, args.num_workers)
 
 
 def _train(state: TrainState) -> Optional[int]:
@@ -101,11 +111,10 @@ def _train(state: TrainState) -> Optional[int]:
     meter = StepMeter(state.plan.batch.global_)
     step = state.step
     last_saved = step
-    loader = _train_batches(state)
     state.started = time.perf_counter()
     while step < args.total_steps:
         epoch, in_epoch = divmod(step, steps_per_epoch)
-        batches = loader.epoch(epoch, in_epoch * accum)
+        batches = state.batches.epoch(epoch, in_epoch * accum)
         for _ in range(in_epoch, steps_per_epoch):
             if step >= args.total_steps:
                 break

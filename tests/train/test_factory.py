@@ -3,7 +3,7 @@ not in the project): trained under ZeRO-2 by the entrypoint, then resumed (`--re
 
 import pytest
 
-from ds_launch import launch
+from ds_launch import REPO, launch, run_python
 
 pytestmark = pytest.mark.train
 
@@ -67,3 +67,15 @@ def test_a_users_module_trains_under_zero2_and_resumes_where_it_stopped(tmp_path
     assert [s["step"] for s in second.steps] == list(range(11, 21))  # the step counter continues
     losses = first.losses + second.losses
     assert losses[-1] < 0.6 * losses[0], losses  # one training, continued: the loss keeps falling
+
+
+def test_a_users_dataset_reaches_loader_workers_when_the_job_runs_the_entrypoint_by_path(tmp_path):
+    # Job scripts run train_entry.py by path: the working directory is on sys.path only once the
+    # factory is loaded; the workers, forked from the rank, read its mytask.Blobs as it built it
+    # (one rank, no launcher: the loader is what is under test).
+    (tmp_path / "mytask.py").write_text(USER_MODULE)
+    entry = str(REPO / "hpc_launch" / "train_entry.py")
+    args = [*ARGS, "--steps", "3", "--num-workers", "1", "--no-eval"]
+    proc = run_python(["-u", entry, *args], cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "step=3 " in proc.stdout
