@@ -48,6 +48,29 @@ def _start(tmp: Path, body: str, name: str = "train-x.sh"):
     return job_id, script
 
 
+def test_a_release_written_as_the_submitter_ends_starts_the_job(tmp_path):
+    # The launched job waits for SCRIPT.go and gives up when its submitter is gone. The submitter
+    # writes .go, then ends: a wait that looked for .go just before the write and at the
+    # submitter just after the end gave up and left a recorded job that never ran (seen in CI under
+    # load: its log never appeared). Here `ps` itself writes .go and reports the submitter gone.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ps").write_text('#!/bin/sh\ntouch "$HPC_TEST_GO"\n')
+    (fake / "ps").chmod(0o755)
+    (tmp_path / ".hpc-launch").mkdir()
+    script = tmp_path / ".hpc-launch" / "train-race.sh"
+    script.write_text("#!/bin/bash\necho ran\n")
+    argv = NONE.submit_argv(str(script), log_prefix=str(tmp_path / "train.o"))
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "HPC_TEST_GO": release_path(str(script))}
+    env["HPC_LAUNCH_SUBMITTER"] = "999999999"  # any pid: the fake ps says it is gone
+    job_id = NONE.parse_submit(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
+    log = tmp_path / f"train.o{job_id}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (log.exists() and "ran" in log.read_text()):
+        time.sleep(0.05)
+    assert log.exists() and log.read_text() == "ran\n"
+
+
 def _record(store, tmp, job_id, script) -> JobRecord:
     rec = JobRecord(
         job_id=job_id,

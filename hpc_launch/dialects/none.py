@@ -28,7 +28,8 @@ _GATE = (
     'until [ -e "$2.go" ]; do '
     'if [ "$n" -ge %d ] || { [ -n "$s" ] && '
     'case "$(ps -o stat= -p "$s" 2>/dev/null)" in ""|Z*) true;; *) false;; esac; }; '  # gone, or a zombie
-    'then rm -f -- "$2" "${2%%.sh}.secrets"; exit 0; fi; '
+    # looked for again: a submitter writes the file, then ends, maybe both since the look above
+    'then [ -e "$2.go" ] && break; rm -f -- "$2" "${2%%.sh}.secrets"; exit 0; fi; '
     "sleep 0.05; n=$((n+1)); done; "
     'rm -f -- "$2.go"; '
 ) % (RELEASE_WAIT_S * 20)
