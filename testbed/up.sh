@@ -63,6 +63,16 @@ make_keys() {
   done
 }
 
+# SKEL_HOME sshd ARGS...: sshd in a mount namespace of its own where root's ~/.bashrc and ~/.profile
+# are Debian's skeleton (/etc/skel), as a cluster's fresh account has them. bash reads ~/.bashrc for
+# every command sshd runs: this image's (pyenv init) started ~300 processes per ssh command, 0.11 s
+# of CPU and 0.1 s of wall each (0.245 -> 0.135 CPU-s, 0.34 -> 0.235 s per `ssh pod1 true`, measured),
+# some 400 times a test run. Where a bind mount fails, sshd starts all the same.
+# shellcheck disable=SC2016  # expanded by the namespace's sh
+SKEL_HOME=(unshare --mount --propagation slave sh -c 'for f in .bashrc .profile; do
+  if [ -f "/etc/skel/$f" ] && [ -f "$HOME/$f" ]; then mount --bind "/etc/skel/$f" "$HOME/$f" || true; fi
+done; exec "$@"' skel-home)
+
 # write_sshd_config FILE LISTEN_LINES HOSTKEY PIDFILE [EXTRA]
 write_sshd_config() {
   cat > "$1" <<CFG
@@ -162,7 +172,7 @@ start_pods() {
     if ! tb_alive "$TB_RUN/$p.sshd.pid"; then
       write_sshd_config "$pd/sshd_config" "Port 22
 ListenAddress $ip" "$pd/ssh_host_ed25519_key" "$TB_RUN/$p.sshd.pid"
-      nsenter -t "$(pod_pause_pid "$p")" --net --uts /usr/sbin/sshd -f "$pd/sshd_config" -E "$TB_LOG/$p.sshd.log" \
+      nsenter -t "$(pod_pause_pid "$p")" --net --uts "${SKEL_HOME[@]}" /usr/sbin/sshd -f "$pd/sshd_config" -E "$TB_LOG/$p.sshd.log" \
         || tb_die "$p: sshd failed to start" "$TB_LOG/$p.sshd.log"
     fi
   done
@@ -190,7 +200,7 @@ PROFILE
   if tb_alive "$pf"; then
     kill -HUP "$(tr -dc '0-9' < "$pf")"   # re-read config (cheap, keeps it idempotent)
   else
-    /usr/sbin/sshd -f "$d/sshd_config" -E "$TB_LOG/login.sshd.log" || tb_die "login sshd failed" "$TB_LOG/login.sshd.log"
+    "${SKEL_HOME[@]}" /usr/sbin/sshd -f "$d/sshd_config" -E "$TB_LOG/login.sshd.log" || tb_die "login sshd failed" "$TB_LOG/login.sshd.log"
   fi
 }
 
