@@ -145,7 +145,8 @@ def test_every_link_of_a_chain_runs_the_submitted_code_however_the_files_change(
     code.mkdir()
     (code / "train.py").write_text(
         "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.1)\n"
-        "import helper\nprint('capsule says', helper.X, 'script v1', flush=True)\n"
+        # one string, one write: both ranks print at once (they wake on the same file)
+        "import helper\nprint(f'capsule says {helper.X} script v1', flush=True)\n"
     )
     (code / "helper.py").write_text("X = 'submitted'\n")
     r = cli(
