@@ -27,7 +27,17 @@ fi
 
 step "testbed packages"
 testbed/install.sh
-step "python environment"
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  [ -n "${up_pid:-}" ] && wait "$up_pid" 2>/dev/null
+  [ "${HPC_TESTBED_KEEP:-0}" = 1 ] || testbed/down.sh >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+# The testbed comes up (daemons starting, ~8 s that mostly wait) while pip installs on one core.
+step "python environment, and the testbed coming up beside it"
+up_log=$(mktemp)
+testbed/up.sh >"$up_log" 2>&1 &
+up_pid=$!
 scripts/setup-dev.sh test
 step "lint: ruff, and mypy beside the tests"
 .venv/bin/ruff check hpc_launch tests bench
@@ -38,16 +48,16 @@ mypy_log=$(mktemp)
 .venv/bin/mypy hpc_launch >"$mypy_log" 2>&1 &
 mypy_pid=$!
 step "testbed up"
-testbed/up.sh
+up_rc=0
+wait "$up_pid" || up_rc=$?
+up_pid=
+cat "$up_log"
+[ "$up_rc" = 0 ] || exit "$up_rc"
 # shellcheck source=testbed/env.sh
 . testbed/env.sh
 # DeepSpeed JIT-compiles its CPU ops once (33-77 s); keep them for the whole run.
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.cache/torch_extensions}
 export PYTHONUNBUFFERED=1
-
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() { [ "${HPC_TESTBED_KEEP:-0}" = 1 ] || testbed/down.sh >/dev/null 2>&1 || true; }
-trap cleanup EXIT
 
 step "tests"
 set +e
