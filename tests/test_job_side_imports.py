@@ -24,6 +24,7 @@ LEAVES = {
     "hpc_launch.stage_nodes",
     "hpc_launch.stage_wire",
     "hpc_launch.stage_stream",
+    "hpc_launch.node_launch",
 }
 # The payload is the one entry that imports torch and DeepSpeed: that is its job.
 PAYLOAD = "hpc_launch.train"

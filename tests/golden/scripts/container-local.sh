@@ -181,8 +181,9 @@ HPC_LAUNCH_IMAGE="$HOME"/images/torch
 [ -r "$HPC_LAUNCH_IMAGE" ] || { echo "[hpc-launch] error: container image $HPC_LAUNCH_IMAGE not found or not readable on $(hostname)" >&2; exit 3; }
 
 # --- launch: DeepSpeed's launcher, 2 rank(s) on this node ---
-# `deepspeed --num_gpus 2` on one node imports torch and DeepSpeed only to start this, with these
-# arguments (deepspeed/launcher/runner.py); started directly, every job saves that import (3.5 s), and
-# hpc_launch/ds_launcher.py ends it the moment it returns (its teardown: 0.5 s).
+# `deepspeed --num_gpus 2` on one node imports torch and DeepSpeed only to start DeepSpeed's
+# per-node launcher with these arguments (deepspeed/launcher/runner.py): started directly, every job saves
+# that import (3.5 s). hpc_launch/ds_launcher.py does what that launcher does without importing torch where
+# its accelerator's variable is CUDA_VISIBLE_DEVICES (node_launch.py, 1.3 s more), and runs it elsewhere.
 python -u -m hpc_launch.ds_launcher --world_info="$(printf '{"localhost": [%s]}' '0, 1' | base64 -w0)" \
   --master_addr=127.0.0.1 --master_port="$MASTER_PORT" --no_python --no_local_rank ch-run -b "$WORKDIR":"$WORKDIR" -c "$WORKDIR" "$HOME"/images/torch -- python -u "$HPC_TRAIN" --model smallcnn --data digits --epochs 5 --micro-batch 32 --lr 3e-3 --zero 2 --log-every 10
