@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 from typing import List, Tuple
 
+from hpc_launch.one_line import say_ours
 from hpc_launch.protocol import ENV_PREFLIGHT, EXIT_PREFLIGHT
 
 from . import api, deepspeed_cpu, preempt, steps
@@ -33,7 +34,7 @@ def _target(argv: List[str]) -> Tuple[str, bool, List[str]]:
     if argv[:1] == ["-m"] and len(argv) > 1:
         return argv[1], True, [*ds_args, *argv[2:]]
     if not argv or argv[0].startswith("-"):
-        print(f"[hpc-launch] error: {USAGE}", file=sys.stderr)
+        say_ours(f"error: {USAGE}")
         raise SystemExit(2)
     return argv[0], False, [*ds_args, *argv[1:]]
 
@@ -73,23 +74,21 @@ def set_up(info: RankInfo) -> None:
 def main(argv: List[str]) -> None:
     target, is_module, args = _target(argv)
     if not is_module and not os.path.isfile(target):
-        print(f"[hpc-launch] error: the script {target} is not a file here ({os.getcwd()})", file=sys.stderr)
+        say_ours(f"error: the script {target} is not a file here ({os.getcwd()})")
         raise SystemExit(2)
     try:
         info = discover()
     except RankError as err:
         hint = f" ({err.hint})" if err.hint else ""
-        print(f"[hpc-launch] error: {err.message}{hint}", file=sys.stderr, flush=True)
+        say_ours(f"error: {err.message}{hint}")
         raise SystemExit(EXIT_PREFLIGHT) from None
     set_up(info)
     if info.rank == 0 and info.world_size > 1:
         watch = "on" if steps.watched(info) else "off"
-        print(
-            f"[hpc-launch] job layer: {info.world_size} rank(s) (launcher: {info.source}), rank 0 on "
+        say_ours(
+            f"job layer: {info.world_size} rank(s) (launcher: {info.source}), rank 0 on "
             f"{os.uname().nodename}, MASTER_ADDR={os.environ.get('MASTER_ADDR', '')} "
-            f"MASTER_PORT={os.environ.get('MASTER_PORT', '')}, watchdog {watch}",
-            file=sys.stderr,
-            flush=True,
+            f"MASTER_PORT={os.environ.get('MASTER_PORT', '')}, watchdog {watch}"
         )
     if info.world_size > 1 and os.environ.get(ENV_PREFLIGHT) != "0":
         from . import gate  # before the user's code, as the entrypoint's before its first step

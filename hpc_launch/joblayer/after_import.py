@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from hpc_launch.one_line import say_ours
 
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
@@ -21,7 +22,7 @@ Action = Callable[[ModuleType], None]
 
 
 def _say(line: str) -> None:
-    print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
+    say_ours(line)
 
 
 def _run(name: str, actions: List[Action], module: ModuleType) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from types import ModuleType
 from typing import Any, Callable, Optional
+from hpc_launch.one_line import say_ours
 
 
 def _on_cpu() -> bool:
@@ -54,11 +54,9 @@ def announce_jit_builds(builder_module: Any) -> None:
         return
 
     def jit_load_said(self: Any, *args: Any, **kwargs: Any) -> Any:
-        print(
-            f"[hpc-launch] DeepSpeed JIT-loads its {getattr(self, 'name', '?')} op: ninja compiles it unless "
-            f"{extensions_dir()} holds a build (minutes the first time in an environment)",
-            file=sys.stderr,
-            flush=True,
+        say_ours(
+            f"DeepSpeed JIT-loads its {getattr(self, 'name', '?')} op: ninja compiles it unless "
+            f"{extensions_dir()} holds a build (minutes the first time in an environment)"
         )
         return jit_load(self, *args, **kwargs)
 

@@ -13,10 +13,10 @@ with one rank, or with the gate off, keeps the layer's start free of it.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, List, Mapping, Optional
 
 from hpc_launch import protocol
+from hpc_launch.one_line import say, say_ours
 
 from .ranks import RankInfo
 
@@ -43,7 +43,7 @@ def run(info: RankInfo, env: Mapping[str, str] = os.environ) -> None:
         from hpc_launch.train import preflight
         from hpc_launch.train.errors import PreflightError
     except ImportError as exc:  # an installation without the entrypoint's package
-        print(f"[hpc-launch] note: no pre-flight gate ({exc})", file=sys.stderr, flush=True)
+        say_ours(f"note: no pre-flight gate ({exc})")
         return
     import torch
     import torch.distributed as tdist
@@ -63,7 +63,7 @@ def run(info: RankInfo, env: Mapping[str, str] = os.environ) -> None:
         os.environ[protocol.ENV_PREFLIGHT] = "0"
     except PreflightError as err:
         if info.rank == 0 or err.every_rank:  # as the entrypoint: one line, once per job
-            print(f"error: {err.one_line()}", file=sys.stderr, flush=True)
+            say(f"error: {err.one_line()}")
         protocol.report_verdict(err.exit_code)
         raise SystemExit(err.exit_code) from None
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from typing import Any, Callable, Optional
 
 from . import api
+from hpc_launch.one_line import say_ours
 
 
 def _say(line: str) -> None:
-    print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
+    say_ours(line)
 
 
 def stop_callback(callback_base: type) -> Any:

@@ -34,12 +34,13 @@ from typing import Any, Callable, Dict, Optional
 
 from ..metrics_line import format_lightning_line
 from . import api
+from hpc_launch.one_line import say, say_ours
 
 CHECKPOINTS = "hpc-launch-checkpoints"  # under default_root_dir when the job has no chain directory
 
 
 def _say(line: str) -> None:
-    print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
+    say_ours(line)
 
 
 def checkpoints_of(trainer: Any) -> str:
@@ -125,11 +126,11 @@ def numbers_callback(callback_base: type) -> Any:
             step, every = trainer.global_step, max(1, int(getattr(trainer, "log_every_n_steps", 0) or 50))
             if step != self.printed and step % every == 0:  # a step an optimizer finished, as Lightning counts
                 self.printed = step
-                print(self.line(trainer), flush=True)
+                say(self.line(trainer), sys.stdout)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             if self.started is not None and trainer.is_global_zero:
-                print(self.line(trainer, end=True), flush=True)
+                say(self.line(trainer, end=True), sys.stdout)
 
         def line(self, trainer: Any, end: bool = False) -> str:
             now = time.perf_counter()

@@ -15,11 +15,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import sys
 import time
 from typing import Any, Mapping, Optional, Tuple
 
 from .ranks import RankInfo, RankError, discover
+from hpc_launch.one_line import say_ours
 
 WATCHDOG_OFF = "HPC_LAUNCH_WATCHDOG"  # "0": no watchdog
 
@@ -40,7 +40,7 @@ _STEPS = _Steps()
 
 
 def _say(line: str) -> None:
-    print(f"[hpc-launch] {line}", file=sys.stderr, flush=True)
+    say_ours(line)
 
 
 def watched(info: RankInfo, env: Mapping[str, str] = os.environ) -> bool:

@@ -38,6 +38,7 @@ from datetime import timedelta
 from typing import Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from hpc_launch import protocol
+from hpc_launch.one_line import say
 
 from .ranks import RankInfo
 
@@ -173,7 +174,7 @@ class StragglerJudge:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say(line)
 
 
 class Watchdog:

@@ -9,6 +9,7 @@ import os
 import sys
 
 from hpc_launch import protocol
+from hpc_launch.one_line import say
 
 from .ds_config import BF16_MODES, OFFLOADS, PRECISIONS
 from .errors import TrainError
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
             close_open()  # the W&B run's files completed: entry() leaves without interpreter teardown
     except TrainError as err:
         if rank == 0 or getattr(err, "every_rank", False):  # one line, once per job (every rank finds the same error)
-            print(f"error: {err.one_line()}", file=sys.stderr, flush=True)
+            say(f"error: {err.one_line()}")
         if err.exit_code == protocol.EXIT_PREFLIGHT:
             protocol.report_verdict(err.exit_code)
         return err.exit_code

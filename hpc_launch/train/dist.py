@@ -7,9 +7,11 @@ shared with every rank of a `--script` job); here they become the entrypoint's P
 from __future__ import annotations
 
 import os
+import sys
 from typing import List, Mapping, Optional
 
 from hpc_launch import protocol
+from hpc_launch.one_line import say
 from hpc_launch.joblayer import ranks
 from hpc_launch.joblayer.ranks import CONVENTIONS, Convention, RankInfo, convention_of, default_threads
 
@@ -115,10 +117,10 @@ def clear_stale_build_locks(env: Mapping[str, str] = os.environ, now: Optional[f
                 if age > STALE_LOCK_S:
                     os.unlink(lock)
                     removed.append(lock)
-                    print(
+                    say(
                         "[hpc-train] removed a stale DeepSpeed op build lock "
                         f"{lock} ({age / 60:.0f} min old: its build was killed)",
-                        flush=True,
+                        sys.stdout,
                     )
             except OSError:
                 pass  # another rank removed it first

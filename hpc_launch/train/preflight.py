@@ -21,12 +21,12 @@ import math
 import os
 import socket
 import struct
-import sys
 import time
 from datetime import timedelta
 from typing import Callable, Dict, List, Mapping, Optional
 
 from hpc_launch import protocol
+from hpc_launch.one_line import say
 
 from .errors import PreflightError
 from .preflight_world import Problem, check
@@ -139,7 +139,7 @@ def _timeout(env: Mapping[str, str]) -> float:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say(line)
 
 
 def gate(

@@ -4,10 +4,12 @@ up and the resume (engine_start.py), the step loop, the end with its checkpoint,
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Callable, Optional
 
 from hpc_launch import protocol
+from hpc_launch.one_line import say
 
 from . import checkpoint, dist, engine_start
 from .engine_start import TrainState
@@ -21,18 +23,18 @@ def _say_where_ranks_run(info) -> None:
     if info.local_rank == 0:
         import socket
 
-        print(
+        say(
             f"[hpc-train] node {socket.gethostname()}: rank {info.rank} of {info.world_size}, pid {os.getpid()}",
-            flush=True,
+            sys.stdout,
         )
 
 
 def _rank0_printer(is_main: bool) -> Callable[[str], None]:
-    def say(msg: str) -> None:
+    def said_by_rank0(msg: str) -> None:
         if is_main:
-            print(msg, flush=True)
+            say(msg, sys.stdout)
 
-    return say
+    return said_by_rank0
 
 
 def run(args) -> int:

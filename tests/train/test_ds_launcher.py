@@ -7,7 +7,6 @@ rank's code, a SIGTERM; and the ends (success 0, a failing rank's code, no wait 
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import os
 import re
@@ -182,24 +181,30 @@ def test_an_option_not_carried_out_here_runs_deepspeeds_own_launcher(tmp_path):
     assert len(logs) == 1 and "PROBE " in logs[0].read_text()
 
 
-def test_the_visible_devices_variable_is_ours_only_where_deepspeed_would_pick_cuda_or_cpu(tmp_path, monkeypatch):
-    assert node_launch.visible_devices_variable({}) == "CUDA_VISIBLE_DEVICES"  # this machine: CPU torch
+def _variable_with(first_on_path: Path) -> str:
+    """node_launch's answer in a fresh interpreter that finds `first_on_path`'s packages first."""
+    code = "from hpc_launch import node_launch; print(node_launch.visible_devices_variable({}))"
+    env = {**child_env(), "PYTHONPATH": os.pathsep.join([str(first_on_path), child_env()["PYTHONPATH"]])}
+    env.pop("DS_ACCELERATOR", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_the_visible_devices_variable_is_ours_only_where_deepspeed_would_pick_cuda_or_cpu(tmp_path):
+    assert _variable_with(tmp_path) == "CUDA_VISIBLE_DEVICES"  # this machine: CPU torch, no other backend
     assert node_launch.visible_devices_variable({"DS_ACCELERATOR": "cpu"}) == "CUDA_VISIBLE_DEVICES"
     for other in ("xpu", "npu", "hpu", "mps", "mlu", "nonsense"):  # DeepSpeed checks (or refuses) these
         assert node_launch.visible_devices_variable({"DS_ACCELERATOR": other}) is None, other
-    # a vendor's torch backend importable here: DeepSpeed would pick it
+    # a vendor's torch backend importable there: DeepSpeed would pick it
     (tmp_path / "vendor").mkdir()
     (tmp_path / "vendor" / "torch_npu.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "vendor"))
-    importlib.invalidate_caches()
-    assert node_launch.visible_devices_variable({}) is None
-    # a torch built for Intel GPUs (torch/version.py names its XPU toolkit)
+    assert _variable_with(tmp_path / "vendor") == "None"
+    # a torch built for Intel GPUs (its torch/version.py names the XPU toolkit)
     (tmp_path / "xpu" / "torch").mkdir(parents=True)
     (tmp_path / "xpu" / "torch" / "__init__.py").write_text("")
     (tmp_path / "xpu" / "torch" / "version.py").write_text("xpu: Optional[str] = '20250101'\n")
-    monkeypatch.setattr(sys, "path", [str(tmp_path / "xpu"), *[p for p in sys.path if "vendor" not in p]])
-    importlib.invalidate_caches()
-    assert node_launch.visible_devices_variable({}) is None
+    assert _variable_with(tmp_path / "xpu") == "None"
 
 
 def test_every_backend_deepspeed_probes_for_is_one_we_step_aside_for():
