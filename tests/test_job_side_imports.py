@@ -26,6 +26,7 @@ LEAVES = {
     "hpc_launch.stage_stream",
     "hpc_launch.node_launch",
     "hpc_launch.one_line",
+    "hpc_launch.start_gc",
 }
 # The payload is the one entry that imports torch and DeepSpeed: that is its job.
 PAYLOAD = "hpc_launch.train"

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Rank 0 of 2 as env:// would have it: its store serves MASTER_PORT (init_process_group's, here by
 # hand: no second rank), then a plain loop steps an optimizer; the store is read back at the end.
 LOOP = """\
-import os, sys, time
+import gc, os, sys, time
 import torch
+print("gc young threshold at the start", gc.get_threshold()[0])
 store = torch.distributed.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, is_master=True,
                                    wait_for_workers=False)
 model = torch.nn.Linear(4, 1)
@@ -33,6 +34,7 @@ for step in range({steps}):
         time.sleep(1.2)  # the watchdog publishes at most once a second
 key = "hpc-launch/watchdog/0/0"
 print("published", store.get(key).decode().split()[0] if store.check([key]) else "nothing")
+print("gc young threshold after the steps", gc.get_threshold()[0])
 """
 
 
@@ -63,6 +65,8 @@ def test_a_plain_loops_optimizer_steps_reach_the_watchdogs_store(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "published 4" in r.stdout, (r.stdout, r.stderr)  # step 4 (after the pause), from the hook alone
     assert "no steps to watch" not in r.stderr
+    # fewer collections while the rank starts (imports, model), Python's own from the first step on
+    assert "gc young threshold at the start 50000" in r.stdout and "after the steps 700" in r.stdout, r.stdout
 
 
 def test_with_the_watchdog_off_nothing_is_published(tmp_path):

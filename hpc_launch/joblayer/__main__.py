@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 from typing import List, Tuple
 
+from hpc_launch import start_gc
 from hpc_launch.one_line import say_ours
 from hpc_launch.protocol import ENV_PREFLIGHT, EXIT_PREFLIGHT
 
@@ -72,6 +73,7 @@ def set_up(info: RankInfo) -> None:
 
 
 def main(argv: List[str]) -> None:
+    start_gc.relax()  # until the first step (steps.on_step puts it back)
     target, is_module, args = _target(argv)
     if not is_module and not os.path.isfile(target):
         say_ours(f"error: the script {target} is not a file here ({os.getcwd()})")

@@ -19,6 +19,7 @@ import time
 from typing import Any, Mapping, Optional, Tuple
 
 from .ranks import RankInfo, RankError, discover
+from hpc_launch import start_gc
 from hpc_launch.one_line import say_ours
 
 WATCHDOG_OFF = "HPC_LAUNCH_WATCHDOG"  # "0": no watchdog
@@ -118,6 +119,7 @@ def on_step(step: Optional[int] = None) -> None:
     """One step done (its number, or the next one)."""
     _STEPS.count = step if step is not None and step > _STEPS.count else _STEPS.count + 1
     if not _STEPS.tried:
+        start_gc.restore()  # the rank's start is over
         _start_watchdog()
     if _STEPS.watchdog is not None:
         _STEPS.watchdog.progress(_STEPS.count, _work_per_step(time.monotonic()))

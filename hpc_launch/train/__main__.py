@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from hpc_launch import protocol
+from hpc_launch import protocol, start_gc
 from hpc_launch.one_line import say
 
 from .ds_config import BF16_MODES, OFFLOADS, PRECISIONS
@@ -209,6 +209,7 @@ def entry() -> None:
     seen on the testbed as a rank killed with SIGABRT after its last step). Checkpoints are saved
     synchronously and output is flushed here, so skipping the teardown loses nothing.
     """
+    start_gc.relax()  # until the first step (the trainer puts it back)
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from hpc_launch import protocol
+from hpc_launch import protocol, start_gc
 from hpc_launch.one_line import say
 
 from . import checkpoint, dist, engine_start
@@ -112,6 +112,7 @@ def _train(state: TrainState) -> Optional[int]:
     max_norm, wd, sync, steps_per_epoch = state.max_norm, state.wd, state.sync, state.plan.steps_per_epoch
     meter = StepMeter(state.plan.batch.global_)
     step = state.step
+    first = step + 1  # this process's first step: the start is over (start_gc)
     last_saved = step
     state.started = time.perf_counter()
     while step < args.total_steps:
@@ -142,6 +143,8 @@ def _train(state: TrainState) -> Optional[int]:
                 loss_sum += loss.detach()
             step += 1
             meter.step()
+            if step == first:
+                start_gc.restore()
             if wd is not None:
                 wd.progress(step, work)
             stop_asked = False
