@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import CLI, make_cli
+from e2e_support import CLI, SIDE_QUEUE, make_cli
 
 pytestmark = pytest.mark.scheduler
 
@@ -134,6 +134,7 @@ def test_local_ranks_run_inside_the_image_and_train_the_same(hpc_launch_bin, tmp
 
 
 # srun starts ch-run per task (Slurm); Open MPI's mpirun does across the pods (the PBS dialect, ABCI's route)
+@pytest.mark.side
 @pytest.mark.parametrize("cluster", ["tb-slurm", "tb-pbs-mpi"])
 def test_scheduled_ranks_run_inside_the_image_on_two_pods(hpc_launch_bin, testbed, shared_workdir, cluster):
     _ch_run()
@@ -142,7 +143,7 @@ def test_scheduled_ranks_run_inside_the_image_on_two_pods(hpc_launch_bin, testbe
     pbs_bin = testbed["HPC_TESTBED_PBS_BIN"] if cluster.startswith("tb-pbs") else None  # Slurm's qsub wrappers
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=pbs_bin)
     extra = _binds_profile(shared_workdir, cluster)
-    common = ("--cluster", cluster, "--nodes", "2", "--profile", str(extra))
+    common = ("--cluster", cluster, "--nodes", "2", "--profile", str(extra), *SIDE_QUEUE)
     inside = _run(cli, shared_workdir, *common, "--container", str(img))
     _check_inside(inside, shared_workdir)
     assert "[hpc-launch] preflight ok: 2 ranks on 2 hosts" in inside

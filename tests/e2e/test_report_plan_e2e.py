@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import make_cli
+from e2e_support import SIDE_QUEUE, make_cli
 
-pytestmark = [pytest.mark.scheduler, pytest.mark.sweep]
+pytestmark = [pytest.mark.scheduler, pytest.mark.sweep, pytest.mark.side]
 
 TRAIN = "--model smallcnn --data synthetic --steps 6 --micro-batch 8 --log-every 2 --no-eval --synthetic-samples 512"
 EPOCHS = 300
@@ -52,6 +52,7 @@ def test_a_real_sweeps_plan_gives_the_chain_that_submit_accepts(hpc_launch_bin, 
         "5m",
         "--name",
         "pl",
+        *SIDE_QUEUE,
         "--out",
         "rep",
         "--train-args",
