@@ -70,7 +70,8 @@ else
   # daemon away); the tests whose jobs run on the side pods (`side`: pod4 and pod5, a partition of
   # their own; the chains, walltime deadlines and preemption, which mostly wait), one at a time; the testbed
   # tests that use no pod (`beside`: the local cluster, Grid Engine on this machine, the login
-  # sshd), one at a time, and after them the unit tests; and the training tests. (The unit and
+  # sshd), one at a time, and after them the unit tests (and a training test marked `after_unit`:
+  # the suite is CPU-bound, and the lanes should end together); and the training tests. (The unit and
   # training tests were one lane: at 1100 s it was nearly as long as the pods' lane while the
   # `beside` one sat idle after 300 s. The pods' lane alone took 985 s at 43 % of two cores: it
   # waits, so its waits moved to a lane of their own. pytest-xdist's --dist loadgroup would do
@@ -84,10 +85,10 @@ else
   {
     "${pytest[@]}" -m "scheduler and beside" "$durations" >"$beside_log" 2>&1
     echo $? >"$beside_rc"
-    "${pytest[@]}" -m "not scheduler and not train" "$durations" >"$unit_log" 2>&1
+    "${pytest[@]}" -m "not scheduler and (not train or after_unit)" "$durations" >"$unit_log" 2>&1
   } &
   beside_then_unit=$!
-  "${pytest[@]}" -m "train and not scheduler" "$durations" >"$train_log" 2>&1 &
+  "${pytest[@]}" -m "train and not scheduler and not after_unit" "$durations" >"$train_log" 2>&1 &
   train=$!
   "${pytest[@]}" -m "scheduler and side" "$durations" >"$side_log" 2>&1 &
   side=$!

@@ -181,16 +181,16 @@ def test_gridengine_submit_follow_done(hpc_launch_bin, testbed, shared_workdir):
 
 
 @pytest.mark.parametrize(
-    "cluster,bin_key",
+    "cluster,bin_key,where",
     [
-        ("tb-slurm", "HPC_TESTBED_PBS_BIN"),
-        ("tb-pbs", "HPC_TESTBED_PBS_BIN"),
-        pytest.param("tb-sge", "HPC_TESTBED_SGE_BIN", marks=pytest.mark.beside),
+        pytest.param("tb-slurm", "HPC_TESTBED_PBS_BIN", SIDE_QUEUE, marks=pytest.mark.side),
+        pytest.param("tb-pbs", "HPC_TESTBED_PBS_BIN", SIDE_QUEUE, marks=pytest.mark.side),
+        pytest.param("tb-sge", "HPC_TESTBED_SGE_BIN", (), marks=pytest.mark.beside),
     ],
 )
-def test_cancel_running_job(cluster, bin_key, hpc_launch_bin, testbed, shared_workdir):
+def test_cancel_running_job(cluster, bin_key, where, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed[bin_key])
-    job_id = cli.submit("--cluster", cluster, "--nodes", "1", *LONG)
+    job_id = cli.submit("--cluster", cluster, "--nodes", "1", *where, *LONG)
     cli.wait_log(shared_workdir / f"train.o{job_id}", "[hpc-train] step=2", timeout=300)
     assert cli("cancel", job_id).returncode == 0
     assert cli.wait_state(job_id, {"cancelled"}, timeout=60) == "cancelled"
@@ -273,8 +273,15 @@ def test_launch_route_trains_across_two_pods(cluster, route, hpc_launch_bin, tes
 # ---- secrets reach the job without being written anywhere ---------------------------------
 
 
-@pytest.mark.parametrize("cluster", [pytest.param("local", marks=pytest.mark.beside), "tb-pbs", "tb-slurm"])
-def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_bin, testbed, shared_workdir):
+@pytest.mark.parametrize(
+    "cluster, where",
+    [
+        pytest.param("local", (), marks=pytest.mark.beside),
+        pytest.param("tb-pbs", SIDE_QUEUE, marks=pytest.mark.side),
+        pytest.param("tb-slurm", SIDE_QUEUE, marks=pytest.mark.side),
+    ],
+)
+def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, where, hpc_launch_bin, testbed, shared_workdir):
     cli = make_cli(hpc_launch_bin, testbed, shared_workdir, path_first=testbed["HPC_TESTBED_PBS_BIN"])
     secret = f"s3cr3t-{os.getpid()}-{cluster}"
     probe = shared_workdir / "probe.py"
@@ -294,6 +301,7 @@ def test_pass_env_secret_reaches_the_job_but_not_the_script(cluster, hpc_launch_
         "",
         "--pass-env",
         "MY_API_TOKEN",
+        *where,
         extra_env={"MY_API_TOKEN": secret},
     )
     r = cli("logs", "-f", job_id, timeout=300)

@@ -7,7 +7,8 @@ import pytest
 from ds_launch import launch, launch_and_kill, shm_segments
 from hpc_launch.train import checkpoint
 
-pytestmark = pytest.mark.train
+# CI runs it after the unit tests (marker after_unit): the training lane ended last by about its length
+pytestmark = [pytest.mark.train, pytest.mark.after_unit]
 
 # Synthetic 32px images: steps slow enough (~10 ms) that the kill lands mid-run; 2048 samples,
 # micro-batch 32 on 2 ranks = 32 steps per epoch, so the run crosses epoch boundaries.
