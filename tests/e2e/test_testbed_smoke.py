@@ -116,7 +116,9 @@ def test_slurm_nodes_are_the_pods():
     out = run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %T"]).stdout.split("\n")
     states = dict(line.split() for line in out if line.strip())
     assert sorted(states) == sorted(PODS)
-    assert all(s in {"idle", "mixed", "allocated"} for s in states.values()), states
+    # up and taking jobs: `completing` is a node whose last job is still ending (seen in CI right after
+    # the test before it), not a node that is down, drained or not responding
+    assert all(s in {"idle", "mixed", "allocated", "completing"} for s in states.values()), states
 
 
 def test_slurm_two_node_job_runs_on_two_pods(workdir: Path):
