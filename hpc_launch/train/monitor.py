@@ -164,7 +164,12 @@ class Monitors:
             self.tensorboard.close()
             self.tensorboard = None
         if self.wandb_run is not None:
+            import wandb
+
             self.wandb_run.finish()
+            # and wait for W&B's service to write it all: its own atexit hook does that, and entry()
+            # leaves with os._exit (a link's run file was found holding nothing but its header)
+            wandb.teardown()
             self.wandb_run = None
             if self.sync_hint:
                 self.say(self.sync_hint)

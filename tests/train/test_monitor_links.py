@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ds_launch import launch, launch_and_kill
+from ds_launch import launch, launch_and_kill, run_python
 from monitor_files import tensorboard_scalars, wandb_run
 from hpc_launch.train.monitor import RUN_ID_FILE
 
@@ -108,3 +108,35 @@ def test_a_requeue_after_sigkill_purges_the_steps_past_the_checkpoint(tmp_path):
     for step, value in logged:  # past the checkpoint, what TensorBoard shows is the requeued run's
         if step in mine:
             assert value == pytest.approx(mine[step], abs=1e-4), step
+
+
+CLOSE_THEN_EXIT = """
+import os
+from hpc_launch.train import monitor
+opened = monitor.open_monitors(("wandb-offline",), monitor_dir="runs", job_name="one", checkpoint_dir="ckpt",
+                               samples=0, config={"zero_stage": 2}, say=print)
+opened.write([("Train/Samples/train_loss", 1.5, 32)])
+monitor.close_open()
+alive = []  # W&B's service (a child of this process) still running
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        state, ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[:2]
+    except OSError:
+        continue
+    if int(ppid) == os.getpid() and state not in "ZX":
+        alive.append(pid)
+print("children alive after close:", len(alive), flush=True)
+os._exit(0)  # as entry() leaves: no atexit hooks
+"""
+
+
+def test_a_link_that_leaves_with_os_exit_keeps_its_whole_wandb_run(tmp_path, offline_wandb):
+    """entry() leaves with os._exit, which skips the atexit hook where W&B waits for its service to
+    write the run; under load a link's run file once held nothing but its header. Closing the
+    monitors now waits for it: no service left running, and the file has the run and its step."""
+    proc = run_python(["-c", CLOSE_THEN_EXIT], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "children alive after close: 0" in proc.stdout, proc.stdout[-2000:]
+    (run_dir,) = (tmp_path / "runs" / "wandb").glob("offline-run-*")
+    run = wandb_run(run_dir)
+    assert run["id"] == (tmp_path / "ckpt" / RUN_ID_FILE).read_text().strip() and run["steps"] == [32], run
