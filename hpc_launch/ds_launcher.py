@@ -51,7 +51,7 @@ def _a_child_exited_or_none_left() -> bool:
 def main() -> None:
     args = node_launch.parse(sys.argv[1:])
     if node_launch.runs_here(args, os.environ):
-        node_launch.main(sys.argv[1:], os.environ)
+        node_launch.main(args, os.environ)
     from deepspeed.launcher import launch  # reads sys.argv, as under `python -m`
 
     launch.time = _UntilARankExits()  # type: ignore[assignment]

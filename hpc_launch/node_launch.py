@@ -162,8 +162,8 @@ def node_environment(args: argparse.Namespace, environ: Mapping[str, str], log: 
     return env, mapping[nodes[args.node_rank]]
 
 
-def main(argv: Sequence[str], environ: Mapping[str, str]) -> NoReturn:
-    args = parse(argv)
+def main(args: argparse.Namespace, environ: Mapping[str, str]) -> NoReturn:
+    """Launch this node's ranks as `parse` read them (ds_launcher parses once, to choose this or DeepSpeed's)."""
     log = _logger("error" if args.quiet else args.log_level)
     env, ranks = node_environment(args, environ, log)
     ranks_here: list[tuple[subprocess.Popen, list[str]]] = []
