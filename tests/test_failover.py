@@ -189,11 +189,13 @@ def test_the_node_running_the_rendezvous_is_not_swapped(tmp_path, stubs):
 def test_a_pdsh_launch_kept_waiting_by_a_stopped_rank_is_stopped_and_the_spare_taken(tmp_path, stubs, monkeypatch):
     """DeepSpeed's pdsh launcher waits for every node's ranks, and a rank stopped with SIGSTOP never
     ends: once the watchdog has named its node, the loop stops the launch after the grace and swaps
-    the node. The stand-in deepspeed hangs after naming n2 as the watchdog would (no verdict file:
-    .deepspeed_env does not carry its name); the stand-in pdsh ends it when asked to TERM the ranks."""
+    the node. The stand-in runner (`python -u -m hpc_launch.ds_runner`, the line's DeepSpeed runner)
+    hangs after naming n2 as the watchdog would (no verdict file: .deepspeed_env does not carry its
+    name); the stand-in pdsh ends it when asked to TERM the ranks."""
     monkeypatch.setenv("HPC_LAUNCH_CLUSTERS_DIR", os.path.join(os.path.dirname(__file__), "e2e", "profiles"))
-    (stubs / "deepspeed").write_text(
+    (stubs / "python").write_text(
         "#!/bin/bash\n"
+        '[ "$3" = hpc_launch.ds_runner ] || { echo 29500; exit 0; }\n'
         'n=$(( $(cat "$COUNT" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$COUNT"\n'
         'echo "launch $n on $(awk \'{print $1}\' "$HOSTFILE_SEEN" | paste -sd, -)"\n'
         '[ "$n" -gt 1 ] && exit 0\n'
@@ -206,7 +208,7 @@ def test_a_pdsh_launch_kept_waiting_by_a_stopped_rank_is_stopped_and_the_spare_t
         'case "$1" in *-TERM*) kill "$(cat "$COUNT.pid")" ;; esac\n'
         'for h in ${hosts//,/ }; do echo "$h: hpc-launch-ok"; done\n'
     )
-    for f in (stubs / "deepspeed", stubs / "pdsh"):
+    for f in (stubs / "python", stubs / "pdsh"):
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     profile = profiles.load("tb-pbs")
     profile = msgspec.structs.replace(profile, net_if=None)
