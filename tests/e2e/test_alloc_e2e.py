@@ -65,8 +65,9 @@ def _scheduler_jobs(dialect: str, name: str) -> list:
     "cluster, nodes, dialect",
     [
         ("tb-slurm", 2, "slurm"),
-        # the testbed's Grid Engine has one exec host (this machine): no pod
-        pytest.param("tb-sge", 1, "gridengine", marks=pytest.mark.beside),
+        # the testbed's Grid Engine has one exec host (this machine): no pod, but run in the pods' lane,
+        # which has room for its minute (the lane of the tests beside the pods and the unit tests ended last)
+        ("tb-sge", 1, "gridengine"),
     ],
 )
 def test_two_runs_inside_one_allocation_and_the_allocation_ends_with_its_shell(
