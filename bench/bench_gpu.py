@@ -229,6 +229,14 @@ VARIANTS = {
     "resnet50": [],
 }
 Z3_PERSIST = {"zero_optimization": {"stage3_param_persistence_threshold": 1_000_000}}
+# ZeRO-3 gathers and releases at every module's hooks; DeepSpeed's granularity threshold makes a module
+# whose parameters per layer are at most N one "leaf", fetched whole with no hooks inside (as FSDP wraps a
+# block). GPT-2 124M: a block 787,541 per layer, the transformer 1,104,925: 1M makes the 12 blocks leaves.
+# On a CPU stand-in (12 blocks 64 wide, one rank, host cost only) ZeRO-3 ran 1.52x with blocks as leaves,
+# the same losses on two ranks (docs/training.md "ZeRO-3 on one GPU"). Not for ResNet-50: its whole net
+# (206,105 per layer) lies below its largest bottleneck (671,061), and with 200k (the early bottlenecks
+# leaves) its first step failed on CPU ("output with shape [1] doesn't match the broadcast shape").
+Z3_LEAF = {"gpt": 1_000_000}
 
 
 def run_sweep(w: dict, a, profile: Path, out: Path, tag: str, zero: str, extra=(), ds_config=None) -> list:
@@ -302,6 +310,9 @@ def main() -> None:
     if dev["cuda"] is None:  # the CPU smoke run: tiny shapes, the same code paths
         WORKLOADS["resnet50"].update(size=["--image-size", "32"], micro=4)
         WORKLOADS["gpt"].update(model="gpt-tiny", size=["--seq-len", "64"], micro=2, unit=64)
+        # gpt-tiny's blocks: 5,553 per layer, its transformer ~7,800 (a whole-model leaf fails on CPU in
+        # DeepSpeed's zero_grad: record_stream of a CPU gradient, "unknown parameter type")
+        Z3_LEAF["gpt"] = 6_000
     print(f"machine: {dev}, nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}", flush=True)
     profile = write_profile(out, dev)
     text = []
@@ -319,6 +330,10 @@ def main() -> None:
         if a.variants and "3" in a.zero.split(","):
             for row in run_sweep(w, a, profile, out, f"variant-{name}-z3", "3", (), Z3_PERSIST):
                 rows.append({**row, "label": f"{row['label']}: persistence threshold 1M"})
+            if name in Z3_LEAF:
+                leaf = {"zero_optimization": {"stage3_module_granularity_threshold": Z3_LEAF[name]}}
+                for row in run_sweep(w, a, profile, out, f"variant-{name}-z3-leaf", "3", (), leaf):
+                    rows.append({**row, "label": f"{row['label']}: blocks as leaf modules ({Z3_LEAF[name]:,})"})
         if a.ddp_after:
             ddp.append(run_ddp(w, a, out / f"ddp-{name}-2.log", False))
         part = table(name, w, dev, a, ddp, rows)
