@@ -14,6 +14,7 @@ from hpc_launch.one_line import say
 from . import checkpoint, dist, engine_start
 from .engine_start import TrainState
 from .metrics import StepMeter, step_line  # standard library only; imported once, not each logged step
+from .monitor import close_open
 from .run_plan import RunPlan, finished_checkpoint, plan, process_start
 from .stop import RESUMABLE_EXIT, StopRequest
 
@@ -204,13 +205,16 @@ def _stop_for_time(state: TrainState, step: int, last_saved: int) -> int:
         state.wd.stop()
     if not args.checkpoint_dir:
         say(f"[hpc-train] stopping for time at step {step} with no --checkpoint-dir: nothing to resume from")
-        return RESUMABLE_EXIT
-    if last_saved != step:
-        checkpoint.save(state.engine, args.checkpoint_dir, step, state.meta)
-    say(
-        f"[hpc-train] stopped for time at step {step} of {args.total_steps}: checkpoint saved, resumable "
-        f"(exit {RESUMABLE_EXIT})"
-    )
+    else:
+        if last_saved != step:
+            checkpoint.save(state.engine, args.checkpoint_dir, step, state.meta)
+        say(
+            f"[hpc-train] stopped for time at step {step} of {args.total_steps}: checkpoint saved, resumable "
+            f"(exit {RESUMABLE_EXIT})"
+        )
+    # Rank 0's monitors close before the ranks part: a non-zero exit of any rank makes the launcher end
+    # every rank's process tree, W&B's service with rank 0's, and the run it was still writing out
+    close_open()
     dcomm.barrier()
     return RESUMABLE_EXIT
 

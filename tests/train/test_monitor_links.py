@@ -88,6 +88,11 @@ def test_three_links_log_one_tensorboard_axis_and_one_wandb_run_offline(tmp_path
     assert [o["steps"] for o in offline] == [[5 * GLOBAL], [10 * GLOBAL], [15 * GLOBAL]]
     sync = f"wandb sync {tmp_path / 'runs' / 'wandb'}/offline-run-*-{run_id}"
     assert all(sync in r.out for r in runs), runs[0].out[-2000:]
+    # the links that stopped for time: rank 0 said the sync line (its W&B run written out) before any rank
+    # left; a rank leaving first (exit 75) makes the launcher end rank 0's tree, W&B's service with it
+    for run in runs[:2]:
+        killed = run.out.find("Killing subprocess")
+        assert killed == -1 or run.out.index(sync) < killed, run.out[-2000:]
 
 
 def test_a_requeue_after_sigkill_purges_the_steps_past_the_checkpoint(tmp_path):
