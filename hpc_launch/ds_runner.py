@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from importlib.util import find_spec
 from pathlib import Path
 from typing import NoReturn
 
@@ -104,16 +103,10 @@ def export_prefixes(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def _torch_built_for_gpus() -> bool:
-    """torch/version.py's `cuda` or `hip` is set: read without importing torch."""
-    spec = find_spec("torch")
-    if spec is None or spec.origin is None:
+    built = node_launch.torch_built_for(("cuda", "hip"))
+    if built is None:
         raise _NotHere("no torch here")
-    try:
-        text = (Path(spec.origin).parent / "version.py").read_text()
-    except OSError:
-        raise _NotHere("torch/version.py unreadable") from None
-    built = re.findall(r"^(?:cuda|hip)\b[^=\n]*=\s*(.+?)\s*$", text, re.M)
-    return any(value != "None" for value in built)
+    return bool(built)
 
 
 def quoted_export(value: str) -> str:
@@ -203,7 +196,7 @@ def main() -> None:
 
         deepspeed_runner()
         return
-    log = node_launch._logger("info")
+    log = node_launch.deepspeed_logger("info")
     for path in files:
         log.info(f"deepspeed_env file = {path}")
     log.info("Running on the following workers: %s" % cmd[cmd.index("-w") + 1])

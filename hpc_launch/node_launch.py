@@ -64,16 +64,22 @@ def visible_devices_variable(environ: Mapping[str, str]) -> str | None:
 
 
 def _torch_may_have_xpu() -> bool:
-    """torch's build says whether it has XPU support (torch/version.py `xpu`), read without importing it."""
+    built = torch_built_for(("xpu",))
+    return built is None or "xpu" in built  # without a readable torch, DeepSpeed's launcher says what is missing
+
+
+def torch_built_for(fields: Sequence[str]) -> set[str] | None:
+    """Which of torch/version.py's build fields (`cuda`, `hip`, `xpu`) are set, read without importing
+    torch; None where there is no torch to read."""
     spec = find_spec("torch")
     if spec is None or spec.origin is None:
-        return True  # DeepSpeed's launcher says what is missing
+        return None
     try:
         text = (Path(spec.origin).parent / "version.py").read_text()
     except OSError:
-        return True
-    built = re.search(r"^xpu\b[^=\n]*=\s*(.+?)\s*$", text, re.M)
-    return built is not None and built.group(1) != "None"
+        return None
+    pattern = r"^(%s)\b[^=\n]*=\s*(.+?)\s*$" % "|".join(map(re.escape, fields))
+    return {name for name, value in re.findall(pattern, text, re.M) if value != "None"}
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -103,7 +109,7 @@ def runs_here(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
     return not any(taken) and visible_devices_variable(environ) is not None
 
 
-def _logger(level: str) -> logging.Logger:
+def deepspeed_logger(level: str) -> logging.Logger:
     """DeepSpeed's logger, as launch.py's lines look (deepspeed/utils/logging.py): stdout, its format."""
     log = logging.getLogger("hpc_launch.node_launch")
     handler = logging.StreamHandler(stream=sys.stdout)
@@ -164,7 +170,7 @@ def node_environment(args: argparse.Namespace, environ: Mapping[str, str], log: 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> NoReturn:
     """Launch this node's ranks as `parse` read them (ds_launcher parses once, to choose this or DeepSpeed's)."""
-    log = _logger("error" if args.quiet else args.log_level)
+    log = deepspeed_logger("error" if args.quiet else args.log_level)
     env, ranks = node_environment(args, environ, log)
     ranks_here: list[tuple[subprocess.Popen, list[str]]] = []
     for dist_rank in ranks:

@@ -164,3 +164,28 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+HOSTFILES = {
+    "comments, blank lines, tabs": "# nodes\n\npod1 slots=4\n  pod2\tslots=4   \n",
+    "more fields after slots": "a.example.org slots=8 max_slots=8\nb.example.org slots=8\n",
+    "a duplicate host": "n1 slots=1\nn1 slots=1\n",
+    "a line without slots": "n1 slots=1\nn2\n",
+    "slots not a number": "n1 slots=x\n",
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTFILES))
+def test_a_hostfile_is_read_as_deepspeeds_parser_reads_it(tmp_path, case):
+    import deepspeed.launcher.runner as runner
+
+    (tmp_path / "hostfile").write_text(HOSTFILES[case])
+    try:
+        theirs = dict(runner._parse_hostfile(HOSTFILES[case].splitlines(keepends=True)))
+    except ValueError:
+        theirs = None  # DeepSpeed refuses it: its runner launches, and says why
+    try:
+        ours = ds_runner.read_hostfile(str(tmp_path / "hostfile"))
+    except ds_runner._NotHere:
+        ours = None
+    assert ours == theirs
