@@ -22,8 +22,11 @@ fi
 # Compiled on both cores instead: pip's one-at-a-time compile was 41 s of the 88; -j 0 takes ~25 s
 # (transformers, 2,700 files, compiles on its first import). Nothing then compiles at a job's
 # start, even where PYTHONDONTWRITEBYTECODE is set; a second run only looks (seconds).
-.venv/bin/python -m compileall -q -j 0 -x '/site-packages/transformers/' \
-  "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+# HPC_SETUP_COMPILE=0 (scripts/test.sh): left to scripts/warm-bytecode.py, which compiles only what is imported.
+if [ "${HPC_SETUP_COMPILE:-1}" != 0 ]; then
+  .venv/bin/python -m compileall -q -j 0 -x '/site-packages/transformers/' \
+    "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+fi
 .venv/bin/python - <<'PY'
 import importlib
 for mod in ("hpc_launch", "torch", "deepspeed", "torchvision"):

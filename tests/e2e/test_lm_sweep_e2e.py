@@ -27,6 +27,8 @@ def test_a_zero_sweep_of_gpt_tiny_reports_tokens_per_second_and_perplexity(hpc_l
         "sweep",
         "--cluster",
         "local",
+        "-g",  # one rank a point: the report's columns are its log's, whatever the world (a rank is ~6 CPU-s)
+        "1",
         "--grid",
         "grid.yaml",
         "--name",

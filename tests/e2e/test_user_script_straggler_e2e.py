@@ -55,7 +55,7 @@ def test_a_rank_beside_a_cpu_hog_is_named_a_straggler_in_a_users_loop(hpc_launch
     stop = shared_workdir / "stop"  # the loop ends early once it exists: the straggler is named by then
     job = cli.submit(
         "--cluster", "tb-slurm", "--nodes", "3", "--name", "slowmine", "--walltime", "10m", "--script", str(script),
-        "--train-args", f"4000 {stop}", "--env", "HPC_LAUNCH_HANG_S=60", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
+        "--train-args", f"4000 {stop}", "--env", "HPC_LAUNCH_HANG_S=15", "--env", "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
     )  # fmt: skip
     log = shared_workdir / f"slowmine.o{job}"
     wait_for(log, r"^loop step 40$", 240)

@@ -96,7 +96,7 @@ def test_a_rank_slowed_by_cpu_hogs_is_reported_as_a_straggler_with_its_factor(hp
         "--walltime",
         "10m",
         "--env",
-        "HPC_LAUNCH_HANG_S=60",
+        "HPC_LAUNCH_HANG_S=15",
         "--env",
         "HPC_LAUNCH_STRAGGLER_FACTOR=1.4",
         "--train-args",

@@ -11,7 +11,8 @@ from hpc_launch.train import checkpoint
 pytestmark = [pytest.mark.train, pytest.mark.after_unit]
 
 # Synthetic 32px images: steps slow enough (~10 ms) that the kill lands mid-run; 2048 samples,
-# micro-batch 32 on 2 ranks = 32 steps per epoch, so the run crosses epoch boundaries.
+# micro-batch 32 on 2 ranks = 32 steps per epoch: the resumed run (from step 20) crosses an epoch's end.
+STEPS = 60
 ARGS = [
     "--model",
     "smallcnn",
@@ -22,7 +23,7 @@ ARGS = [
     "--micro-batch",
     "32",
     "--steps",
-    "100",
+    str(STEPS),
     "--log-every",
     "1",
     "--zero",
@@ -37,13 +38,13 @@ def test_sigkill_then_resume_auto_continues_the_same_run(tmp_path):
     reference = launch([*ARGS, "--checkpoint-dir", str(tmp_path / "ref")], cwd=tmp_path)
     assert reference.rc == 0, reference.out[-3000:]
     ref_loss = {s["step"]: s["loss"] for s in reference.steps}
-    assert sorted(ref_loss) == list(range(1, 101))
+    assert sorted(ref_loss) == list(range(1, STEPS + 1))
 
     ckpt = tmp_path / "ckpt"
     killed = launch_and_kill([*ARGS, "--checkpoint-dir", str(ckpt)], cwd=tmp_path, kill_after_step=25)
     assert killed.rc != 0, "the job should have died from SIGKILL"
     last_logged = killed.steps[-1]["step"]
-    assert 25 <= last_logged < 100
+    assert 25 <= last_logged < STEPS
     assert shm_segments(killed) == []  # nothing left in RAM by a job killed mid-run
 
     found = checkpoint.find_resume(str(ckpt))
@@ -56,7 +57,7 @@ def test_sigkill_then_resume_auto_continues_the_same_run(tmp_path):
     assert f"at step {resume_step}" in resumed.out
     steps = [s["step"] for s in resumed.steps]
     # Continues right after the checkpoint; no step of it repeated, none skipped.
-    assert steps == list(range(resume_step + 1, 101))
+    assert steps == list(range(resume_step + 1, STEPS + 1))
     # Same weights, optimizer, LR schedule and next batch as the uninterrupted run.
     for s in resumed.steps:
         assert s["loss"] == pytest.approx(ref_loss[s["step"]], abs=2e-4), s
