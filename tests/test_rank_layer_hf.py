@@ -8,7 +8,6 @@ from __future__ import annotations
 import types
 
 import pytest
-from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 
 from hpc_launch.joblayer import api, hf_trainer
 
@@ -73,6 +72,10 @@ def test_a_first_start_a_job_not_resumed_and_the_scripts_own_choice_are_left_alo
 
 
 def test_on_the_jobs_stop_request_the_callback_has_the_trainer_save_and_stop(trainer_module, tmp_path, monkeypatch):
+    # here, not at the top: importing transformers took 2.5-3.3 CPU-s of every pytest process's
+    # collection (five in CI, one per xdist worker in the fast tier)
+    from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
+
     stop_file = tmp_path / "stop.1"
     monkeypatch.setenv("HPC_LAUNCH_STOP_FILE", str(stop_file))
     monkeypatch.delenv("HPC_LAUNCH_DEADLINE", raising=False)
