@@ -3,9 +3,10 @@
 scripts/test.sh runs this instead of `compileall` over site-packages (scripts/setup-dev.sh without
 HPC_SETUP_COMPILE): the jobs import about 5,000 of the venv's 17,000 modules, and compiling just
 those on their first import took 10.5 CPU-s here against 39 CPU-s for all of them, on one core
-beside mypy instead of both. It runs before the test lanes start: four lanes importing torch at
-once would each compile the same modules. What it leaves out compiles on its first import (the
-tests run with bytecode writing on).
+beside mypy instead of both (torch's own, the largest part, were mostly written by setup-dev.sh while
+pip installed the rest). It runs before the test lanes start: four lanes importing torch at once
+would each compile the same modules. What it leaves out compiles on its first import (the tests run
+with bytecode writing on).
 """
 
 from __future__ import annotations

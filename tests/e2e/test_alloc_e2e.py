@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,12 @@ RUN_ARGS = "--model smallcnn --data synthetic --steps 2 --micro-batch 8 --log-ev
 
 class Pane:
     """A terminal in a tmux server of its own (its own socket: the server starts with this
-    test's environment, its isolated job store included)."""
+    test's environment, its isolated job store included). One socket per pane: the previous
+    test's server may still be exiting after its kill-server (CI saw new-session fail on a
+    socket named by the pid alone, when both of the test's cases ran in one lane)."""
 
     def __init__(self, workdir: Path):
-        self.socket = f"hpc-alloc-e2e-{os.getpid()}"
+        self.socket = f"hpc-alloc-e2e-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.workdir = workdir
         self.tmux(["new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c", str(workdir)])
 
