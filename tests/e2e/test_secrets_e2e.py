@@ -109,7 +109,9 @@ def scan_rest():
                         stats["files_read"] += 1
                     except OSError:
                         pass
-        stop.wait(0.5)
+        # once a second: what the views could leak is the job's stored attributes, there from its
+        # submission to its end; Grid Engine's two qstat calls took a quarter of a core at 0.5 s
+        stop.wait(1.0)
 
 threads = [threading.Thread(target=f, daemon=True) for f in (scan_proc, scan_rest)]
 for t in threads:
