@@ -18,15 +18,13 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check --no-compile
 if ! .venv/bin/python -c 'import torch, deepspeed, torchvision' >/dev/null 2>&1; then
   "${pip[@]}" torch
 fi
-# HPC_SETUP_COMPILE=0 with bytecode written (scripts/test.sh): torch's bytecode, torch._dynamo's
-# included (an optimizer's first use imports it), is written by importing them on the core pip
-# leaves idle while it installs the rest (~8 s of scripts/warm-bytecode.py's work moved there).
-# A module pip is still writing meanwhile fails this import or gets bytecode that its source's new
-# size and time invalidate: nothing here is relied on.
+# HPC_SETUP_COMPILE=0 (scripts/test.sh): torch's bytecode, torch._dynamo's
+# included, is written on the core pip leaves idle while it installs the rest (~8 s of
+# scripts/warm-bytecode.py's work moved there). A module pip is still writing meanwhile fails this
+# import or gets bytecode that its source's new size and time invalidate: nothing here is relied on.
 torch_warm=
-if [ "${HPC_SETUP_COMPILE:-1}" = 0 ] && [ -z "${PYTHONDONTWRITEBYTECODE:-}" ]; then
-  .venv/bin/python -c 'import torch; torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).step()' \
-    >/dev/null 2>&1 &
+if [ "${HPC_SETUP_COMPILE:-1}" = 0 ]; then  # (the script itself refuses where bytecode is not written)
+  .venv/bin/python scripts/warm-bytecode.py torch >/dev/null 2>&1 &
   torch_warm=$!
 fi
 "${pip[@]}" -e ".[$extras]" 2>&1 | grep -v "^WARNING: Location" || true

@@ -1,5 +1,9 @@
 """Write the bytecode of what the suite's jobs and tests import, by importing it once.
 
+  python scripts/warm-bytecode.py         # everything below
+  python scripts/warm-bytecode.py torch   # torch and torch._dynamo alone (setup-dev.sh, while pip
+                                          # installs the rest: hpc_launch is not installed yet)
+
 scripts/test.sh runs this instead of `compileall` over site-packages (scripts/setup-dev.sh without
 HPC_SETUP_COMPILE): the jobs import about 5,000 of the venv's 17,000 modules, and compiling just
 those on their first import took 10.5 CPU-s here against 39 CPU-s for all of them, on one core
@@ -16,14 +20,16 @@ import sys
 if sys.flags.dont_write_bytecode:
     raise SystemExit("warm-bytecode: PYTHONDONTWRITEBYTECODE is set, so importing would write nothing")
 
-from hpc_launch.train.tv_compat import import_torchvision  # noqa: E402 - after the check above
-
-import_torchvision()  # torchvision first, as every rank that uses it (its CPU-only wheel needs this)
-
-import torch  # noqa: E402
+import torch  # noqa: E402 - after the check above
 
 # An optimizer's first use imports torch._dynamo (and sympy): every training rank pays it
 torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).step()
+if sys.argv[1:] == ["torch"]:
+    raise SystemExit(0)
+
+from hpc_launch.train.tv_compat import import_torchvision  # noqa: E402
+
+import_torchvision()  # as every rank that uses torchvision (its CPU-only wheel needs this)
 
 import accelerate  # noqa: E402,F401
 import deepspeed  # noqa: E402,F401
