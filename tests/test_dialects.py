@@ -494,7 +494,9 @@ def test_slurm_accounting_and_cancel_on_the_testbed():
     d, run, work = dialects.get("slurm"), _testbed_run(), _workdir()
     job = d.parse_submit(run(["sbatch", "-D", work, "-o", f"{work}/f-%j.out", "--wrap", "exit 3"]).out)
     _wait("the job to end", lambda: (i := d.query(run, [job]).get(job)) is not None and not i.active)
-    acct = d.accounting(run, job)  # slurmdbd: the record squeue forgets after MinJobAge
+    # slurmdbd: the record squeue forgets after MinJobAge. slurmctld hands it the job's end on its
+    # own time: CI saw sacct still say RUNNING after squeue had the job ended, on a busy machine
+    acct = _wait("the sacct record of the end", lambda: (a := d.accounting(run, job)) and a.state.terminal and a)
     assert (acct.state, acct.exit_code) == (JobState.FAILED, 3)
     r = run(d.cancel_argv(job))  # scancel exits 0 here too; -v makes it say the job had ended
     outcome = d.parse_cancel(r.rc, r.out, r.err)
